@@ -1,0 +1,55 @@
+"""asyncshard: an asyncio key-value store layer for sharded chunk data on object storage."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from asyncshard.backends import LocalStore, MemoryStore, open_store
+from asyncshard.errors import (
+    AsyncShardError,
+    ChecksumError,
+    ConflictError,
+    CorruptShardError,
+    FormatError,
+    InvalidKeyError,
+    InvalidMetadataError,
+    InvalidRangeError,
+    ReadOnlyError,
+    StoreConnectionError,
+    StorePermissionError,
+    UnknownSchemeError,
+    UnsupportedOperationError,
+)
+from asyncshard.ranges import ByteRange, Offset, Range, Suffix
+from asyncshard.store import GetResult, ObjectMeta, Store, StoreStats
+
+try:
+    __version__ = version("asyncshard")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "AsyncShardError",
+    "ByteRange",
+    "ChecksumError",
+    "ConflictError",
+    "CorruptShardError",
+    "FormatError",
+    "GetResult",
+    "InvalidKeyError",
+    "InvalidMetadataError",
+    "InvalidRangeError",
+    "LocalStore",
+    "MemoryStore",
+    "ObjectMeta",
+    "Offset",
+    "Range",
+    "ReadOnlyError",
+    "Store",
+    "StoreConnectionError",
+    "StorePermissionError",
+    "StoreStats",
+    "Suffix",
+    "UnknownSchemeError",
+    "UnsupportedOperationError",
+    "__version__",
+    "open_store",
+]

@@ -1,0 +1,55 @@
+"""MemoryStore: a dict-backed Store, for tests, caches and demos."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+from asyncshard.ranges import ByteRange, resolve
+from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store, check_condition
+
+_versions = itertools.count(1)
+
+
+class MemoryStore(Store):
+    """Objects in a dict. Versions are process-unique counters; conditions are atomic."""
+
+    def __init__(self, **options: int) -> None:
+        super().__init__(**options)
+        self._objects: dict[str, tuple[bytes, ObjectMeta]] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._objects)} objects)"
+
+    async def _get(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        entry = self._objects.get(key)
+        if entry is None:
+            return None
+        data, meta = entry
+        check_condition(key, meta, if_match, False)
+        start, end = resolve(byte_range, len(data))
+        return GetResult(memoryview(data)[start:end], meta)
+
+    async def _head(self, key: str) -> ObjectMeta | None:
+        entry = self._objects.get(key)
+        return None if entry is None else entry[1]
+
+    async def _put(
+        self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        entry = self._objects.get(key)
+        check_condition(key, entry and entry[1], if_match, if_absent)
+        version = str(next(_versions))
+        value = bytes(data)
+        self._objects[key] = (value, ObjectMeta(key, len(value), version, datetime.now(UTC)))
+        return version
+
+    async def _delete(self, key: str) -> None:
+        self._objects.pop(key, None)
+
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        for key in sorted(k for k in self._objects if k.startswith(prefix)):
+            yield key

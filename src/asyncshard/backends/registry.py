@@ -1,0 +1,70 @@
+"""Open a Store from a URL: ``open_store("s3://bucket/prefix")``, ``open_store("/data")``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from asyncshard.errors import UnknownSchemeError
+from asyncshard.store import Store
+
+Opener = Callable[[str, dict[str, Any]], Store]
+_OPENERS: dict[str, Opener] = {}
+
+
+def register_scheme(scheme: str, opener: Opener) -> None:
+    """Make ``open_store`` open ``scheme://...`` URLs with ``opener(url, options)``."""
+    _OPENERS[scheme.lower()] = opener
+
+
+def supported_schemes() -> list[str]:
+    """The URL schemes ``open_store`` knows."""
+    return sorted(_OPENERS)
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """Open the store a URL names; a plain path is a local folder."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        return _open_local(url, options)
+    opener = _OPENERS.get(scheme.lower())
+    if opener is None:
+        raise UnknownSchemeError(
+            f"unsupported URL scheme {scheme!r} in {url!r}; supported: "
+            + ", ".join(f"{s}://" for s in supported_schemes())
+            + " and plain paths"
+        )
+    return opener(url, options)
+
+
+def _open_local(path: str, options: dict[str, Any]) -> Store:
+    from asyncshard.backends.local import LocalStore
+
+    return LocalStore(path, **options)
+
+
+def _open_file_url(url: str, options: dict[str, Any]) -> Store:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        # file://relative/path: keep the host part as the first path segment
+        return _open_local(unquote(parts.netloc + parts.path), options)
+    return _open_local(unquote(parts.path), options)
+
+
+def _open_memory(url: str, options: dict[str, Any]) -> Store:
+    from asyncshard.backends.memory import MemoryStore
+
+    return MemoryStore(**options)
+
+
+def _open_cloud(url: str, options: dict[str, Any]) -> Store:
+    from asyncshard.backends.cloud import open_cloud_store
+
+    return open_cloud_store(url, options)
+
+
+register_scheme("file", _open_file_url)
+register_scheme("memory", _open_memory)
+for _scheme in ("s3", "gs", "http", "https", "az"):
+    register_scheme(_scheme, _open_cloud)

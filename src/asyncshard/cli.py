@@ -1,0 +1,119 @@
+"""The ``asyncshard`` command: browse and edit any store from the shell."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from asyncshard import __version__
+from asyncshard.backends.registry import open_store
+from asyncshard.errors import AsyncShardError
+from asyncshard.ranges import ByteRange, parse_range
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """Run an async command; turn expected failures into one line and exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return asyncio.run(func(*args, **kwargs))
+        except (AsyncShardError, OSError) as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+    return wrapper
+
+
+def _range(ctx: click.Context, param: click.Parameter, value: str | None) -> ByteRange | None:
+    if value is None:
+        return None
+    try:
+        return parse_range(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="asyncshard")
+def cli() -> None:
+    """asyncshard: sharded chunk data on memory, local files, S3, GCS and HTTP."""
+
+
+@cli.command("ls")
+@click.argument("url")
+@click.argument("prefix", default="")
+@click.option("-r", "--recursive", is_flag=True, help="List every key below PREFIX.")
+@run_async
+async def ls(url: str, prefix: str, recursive: bool) -> None:
+    """List the keys and folders directly below PREFIX (all keys with -r)."""
+    async with open_store(url) as store:
+        if recursive:
+            async for key in store.list_prefix(prefix):
+                click.echo(key)
+            return
+        keys, prefixes = await store.list_dir(prefix)
+        for name in sorted(keys + prefixes):
+            click.echo(name)
+
+
+@cli.command("cat")
+@click.argument("url")
+@click.argument("key")
+@click.option(
+    "--range", "byte_range", callback=_range, help="START-END (end exclusive), START- or -LENGTH."
+)
+@run_async
+async def cat(url: str, key: str, byte_range: ByteRange | None) -> None:
+    """Write the object KEY (or a byte range of it) to standard output."""
+    async with open_store(url) as store:
+        data = await store.get(key, byte_range)
+    if data is None:
+        raise click.ClickException(f"no such key: {key}")
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@cli.command("put")
+@click.argument("url")
+@click.argument("key")
+@click.argument("source", type=click.File("rb"))
+@run_async
+async def put(url: str, key: str, source: Any) -> None:
+    """Store the contents of SOURCE (a file, or - for standard input) as KEY."""
+    data = source.read()
+    async with open_store(url) as store:
+        await store.set(key, data)
+
+
+@cli.command("rm")
+@click.argument("url")
+@click.argument("keys", nargs=-1, required=True)
+@run_async
+async def rm(url: str, keys: tuple[str, ...]) -> None:
+    """Delete the objects KEYS (missing ones are ignored)."""
+    async with open_store(url) as store:
+        await store.erase_values(keys)
+
+
+@cli.command("demo")
+@click.argument("folder", default="asyncshard-demo")
+@run_async
+async def demo(folder: str) -> None:
+    """Write a few objects into FOLDER through a local store and read them back."""
+    from asyncshard.demo import run_demo
+
+    for line in await run_demo(folder):
+        click.echo(line)
+
+
+def main() -> None:
+    """Entry point of the ``asyncshard`` console script."""
+    cli()

@@ -1,0 +1,63 @@
+"""The asyncshard exception hierarchy: every error the library raises on purpose."""
+
+from __future__ import annotations
+
+
+class AsyncShardError(Exception):
+    """Base class of every error asyncshard raises on purpose."""
+
+
+class InvalidKeyError(AsyncShardError, ValueError):
+    """A key (or prefix) is not a clean ``/``-separated relative path."""
+
+
+class InvalidRangeError(AsyncShardError, ValueError):
+    """A byte range is malformed (negative, or end before start)."""
+
+
+class ConflictError(AsyncShardError):
+    """A conditional read or write failed: the object is not the expected version."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class ReadOnlyError(AsyncShardError):
+    """The store does not accept writes."""
+
+
+class UnsupportedOperationError(AsyncShardError):
+    """The store cannot do this operation (for example listing over plain HTTP)."""
+
+
+class StorePermissionError(AsyncShardError, PermissionError):
+    """The backend refused the credentials or the access."""
+
+
+class StoreConnectionError(AsyncShardError, ConnectionError):
+    """The backend could not be reached or the transfer broke; retrying may help."""
+
+
+class UnknownSchemeError(AsyncShardError, ValueError):
+    """``open_store`` was given a URL scheme it does not know."""
+
+
+class FormatError(AsyncShardError, ValueError):
+    """Stored bytes or metadata do not follow the format they claim."""
+
+
+class InvalidMetadataError(FormatError):
+    """Array metadata or a sharding specification is invalid or unsupported."""
+
+
+class CorruptShardError(FormatError):
+    """A shard's index or data is inconsistent (truncated, out of range, duplicated)."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+
+
+class ChecksumError(CorruptShardError):
+    """A checksum stored with the data does not match it."""

@@ -1,0 +1,120 @@
+"""Pure byte-range arithmetic: range types, resolution against a size, coalescing.
+
+Ranges follow Python slicing: a range that reaches past the end of an object is
+clamped to the object, and one that starts at or after the end yields empty bytes.
+Every backend behaves this way, so callers check lengths when they need exact ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from asyncshard.errors import InvalidRangeError
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Bytes ``[start, end)``."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.end < self.start:
+            raise InvalidRangeError(f"invalid byte range [{self.start}, {self.end})")
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """Bytes from ``offset`` to the end of the object."""
+
+    offset: int
+
+    def __post_init__(self) -> None:
+        if self.offset < 0:
+            raise InvalidRangeError(f"invalid byte offset {self.offset}")
+
+
+@dataclass(frozen=True, slots=True)
+class Suffix:
+    """The last ``length`` bytes of the object (the whole object if it is shorter)."""
+
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.length < 0:
+            raise InvalidRangeError(f"invalid suffix length {self.length}")
+
+
+ByteRange = Range | Offset | Suffix
+
+
+def resolve(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
+    """Return the clamped ``(start, end)`` of ``byte_range`` in an object of ``size`` bytes."""
+    if byte_range is None:
+        return 0, size
+    if isinstance(byte_range, Range):
+        start, end = byte_range.start, byte_range.end
+    elif isinstance(byte_range, Offset):
+        start, end = byte_range.offset, size
+    else:
+        start, end = size - byte_range.length, size
+    start = min(max(start, 0), size)
+    return start, max(start, min(end, size))
+
+
+def parse_range(text: str) -> ByteRange:
+    """Parse ``A-B`` (end exclusive), ``A-`` (offset) or ``-N`` (suffix)."""
+    head, sep, tail = text.strip().partition("-")
+    try:
+        if not sep:
+            raise ValueError
+        if not head:
+            return Suffix(int(tail))
+        if not tail:
+            return Offset(int(head))
+        return Range(int(head), int(tail))
+    except ValueError as exc:
+        if isinstance(exc, InvalidRangeError):
+            raise
+        raise InvalidRangeError(
+            f"cannot parse byte range {text!r}: use START-END, START- or -LENGTH"
+        ) from None
+
+
+@dataclass(slots=True)
+class Request:
+    """One coalesced request ``[start, end)`` serving the input ranges ``members``."""
+
+    start: int
+    end: int
+    members: list[int] = field(default_factory=list)
+
+
+def coalesce(ranges: Sequence[Range], *, max_gap: int, max_request: int) -> list[Request]:
+    """Merge ``ranges`` into as few requests as the caps allow.
+
+    Two neighbouring ranges (after sorting by start) share a request when the gap between
+    them is at most ``max_gap`` bytes (overlapping and duplicate ranges have a negative or
+    zero gap) and the merged request stays within ``max_request`` bytes. A single range
+    longer than ``max_request`` is sent alone and never split. Members are indices into
+    ``ranges``; requests come back sorted by start.
+    """
+    if max_gap < 0 or max_request <= 0:
+        raise ValueError("max_gap must be >= 0 and max_request > 0")
+    order = sorted(range(len(ranges)), key=lambda i: (ranges[i].start, ranges[i].end))
+    requests: list[Request] = []
+    for i in order:
+        r = ranges[i]
+        last = requests[-1] if requests else None
+        if (
+            last is not None
+            and r.start - last.end <= max_gap
+            and max(last.end, r.end) - last.start <= max_request
+        ):
+            last.end = max(last.end, r.end)
+            last.members.append(i)
+        else:
+            requests.append(Request(r.start, r.end, [i]))
+    return requests

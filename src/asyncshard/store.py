@@ -1,0 +1,455 @@
+"""The Store contract: one async key-value API over every backend and adapter.
+
+A backend implements a handful of primitives (``_get``, ``_head``, ``_put``,
+``_delete``, ``_list``); this base class turns them into the public verbs, validates
+keys, coalesces ranges, runs requests concurrently under a bound, and counts what every
+call costs in :class:`StoreStats`.
+
+Conventions (identical on every store):
+
+* Keys are ``/``-separated relative paths. Empty segments (``a//b``, a trailing ``/``),
+  ``.`` and ``..`` segments, a leading ``/``, backslashes and NUL raise
+  :class:`~asyncshard.errors.InvalidKeyError`.
+* Byte ranges clamp at the end of the object like Python slicing (see
+  :mod:`asyncshard.ranges`); a missing object reads as ``None``.
+* ``list_prefix(p)`` matches keys that start with the string ``p`` (``""`` or ``"/"``
+  lists everything, ``"a/"`` lists below ``a``, ``"a"`` also matches ``ab``).
+  ``list_dir(p)`` treats ``p`` as a directory (``"a"`` and ``"a/"`` are the same) and
+  returns the full keys directly inside it and the full child prefixes, each ending in
+  ``/``. Listing order is not specified.
+* Writes may be conditional: ``if_absent=True`` only creates, ``if_match=version`` only
+  replaces that version; a failed condition raises :class:`ConflictError` and changes
+  nothing. Reads may be conditional too (``if_match``), which is how sharded stores detect
+  a shard rewritten under a cached index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import random
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Self, TypeVar
+
+from asyncshard.errors import (
+    ConflictError,
+    InvalidKeyError,
+    ReadOnlyError,
+    UnsupportedOperationError,
+)
+from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, resolve
+
+#: What reads return: ``bytes`` or a zero-copy ``memoryview`` of the fetched buffer.
+Data = bytes | memoryview
+#: What writes accept.
+BytesLike = bytes | bytearray | memoryview
+
+T = TypeVar("T")
+
+DEFAULT_MAX_GAP = 64 * 1024
+DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
+DEFAULT_MAX_CONCURRENCY = 32
+CONFLICT_RETRIES = 32
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a clean relative path, else raise ``InvalidKeyError``."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"invalid key {key!r}: keys are non-empty strings")
+    if "\\" in key or "\x00" in key:
+        raise InvalidKeyError(f"invalid key {key!r}: backslashes and NUL are not allowed")
+    if key.startswith("/"):
+        raise InvalidKeyError(f"invalid key {key!r}: keys are relative (no leading '/')")
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidKeyError(
+                f"invalid key {key!r}: empty, '.' and '..' path segments are not allowed"
+            )
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """Validate a listing prefix; return it normalised (``"/"`` becomes ``""``)."""
+    if prefix in ("", "/"):
+        return ""
+    validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix
+
+
+def dir_prefix(prefix: str) -> str:
+    """Normalise a ``list_dir`` argument to ``""`` or a prefix ending in ``/``."""
+    prefix = validate_prefix(prefix)
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+async def retry_on_conflict(
+    attempt: Callable[[], Awaitable[T]], key: str, *, attempts: int = CONFLICT_RETRIES
+) -> T:
+    """Run a read-modify-write ``attempt`` until it does not raise ``ConflictError``.
+
+    Retries sleep a random, exponentially growing time (capped at 0.25 s) so that
+    concurrent writers of one object spread out instead of colliding again.
+    """
+    for n in range(attempts):
+        try:
+            return await attempt()
+        except ConflictError:
+            await asyncio.sleep(random.uniform(0, min(0.25, 0.002 * 2**n)))
+    raise ConflictError(f"{key}: gave up after {attempts} conflicting concurrent writes", key=key)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    """What a store knows about an object without reading it."""
+
+    key: str
+    size: int
+    version: str | None = None
+    last_modified: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """Bytes read from an object (the whole object or a range) and its metadata."""
+
+    data: Data
+    meta: ObjectMeta
+
+
+def check_condition(
+    key: str, current: ObjectMeta | None, if_match: str | None, if_absent: bool
+) -> None:
+    """Raise ``ConflictError`` unless ``current`` satisfies the write/read condition."""
+    if if_absent and current is not None:
+        raise ConflictError(f"{key}: object already exists", key=key)
+    if if_match is not None and (current is None or current.version != if_match):
+        raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
+
+
+@dataclass
+class StoreStats:
+    """Cost counters: requests by kind and bytes moved. Tests assert budgets on these."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    bytes_fetched: int = 0
+    bytes_returned: int = 0
+    bytes_written: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        """All requests of every kind."""
+        return sum(self.requests.values())
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        self.requests.clear()
+        self.bytes_fetched = self.bytes_returned = self.bytes_written = 0
+
+
+class Store(ABC):
+    """Abstract async key-value store; see the module docstring for the conventions."""
+
+    def __init__(
+        self,
+        *,
+        max_gap: int = DEFAULT_MAX_GAP,
+        max_request: int = DEFAULT_MAX_REQUEST,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    ) -> None:
+        if max_gap < 0 or max_request <= 0 or max_concurrency <= 0:
+            raise ValueError("max_gap must be >= 0; max_request, max_concurrency > 0")
+        self.max_gap = max_gap
+        self.max_request = max_request
+        self.max_concurrency = max_concurrency
+        self.stats = StoreStats()
+        self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+    # -- capabilities -------------------------------------------------------------------
+
+    @property
+    def supports_writes(self) -> bool:
+        """Whether ``set``/``erase_*`` work."""
+        return True
+
+    @property
+    def supports_partial_writes(self) -> bool:
+        """Whether ``set_partial_values`` works (as a read-modify-write of the object)."""
+        return self.supports_writes
+
+    @property
+    def supports_listing(self) -> bool:
+        """Whether ``list``/``list_prefix``/``list_dir`` work."""
+        return True
+
+    @property
+    def supports_conditional_writes(self) -> bool:
+        """Whether ``set(..., if_match=..., if_absent=...)`` is honoured atomically."""
+        return True
+
+    # -- backend primitives -------------------------------------------------------------
+
+    @abstractmethod
+    async def _get(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        """Read one object or range; ``None`` if missing; ``ConflictError`` on a mismatch."""
+
+    @abstractmethod
+    async def _head(self, key: str) -> ObjectMeta | None:
+        """Metadata of one object, ``None`` if missing."""
+
+    async def _put(
+        self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        """Write one object (atomically); return its new version if known."""
+        raise ReadOnlyError(f"{self!r} is read-only")
+
+    async def _delete(self, key: str) -> None:
+        """Delete one object; a missing object is not an error."""
+        raise ReadOnlyError(f"{self!r} is read-only")
+
+    def _list(self, prefix: str) -> AsyncIterator[str]:
+        """Yield every key starting with ``prefix``."""
+        raise UnsupportedOperationError(f"{self!r} cannot list keys")
+
+    async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        """Keys and child prefixes directly below the directory ``prefix``."""
+        keys: set[str] = set()
+        prefixes: set[str] = set()
+        async for key in self._list(prefix):
+            rest = key[len(prefix) :]
+            head, sep, _ = rest.partition("/")
+            if sep:
+                prefixes.add(prefix + head + "/")
+            else:
+                keys.add(key)
+        return sorted(keys), sorted(prefixes)
+
+    async def _close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release backend resources."""
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _limit(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._limits.get(loop)
+        if sem is None:
+            self._limits = {loop: (sem := asyncio.Semaphore(self.max_concurrency))}
+        return sem
+
+    async def _bounded(self, awaitable: Awaitable[T]) -> T:
+        async with self._limit():
+            return await awaitable
+
+    async def _fetch(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        """One counted, concurrency-bounded backend read."""
+        self.stats.requests["get"] += 1
+        result = await self._bounded(self._get(key, byte_range, if_match))
+        if result is not None:
+            self.stats.bytes_fetched += len(result.data)
+        return result
+
+    def _returned(self, data: Data | None) -> Data | None:
+        if data is not None:
+            self.stats.bytes_returned += len(data)
+        return data
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def get(self, key: str, byte_range: ByteRange | None = None) -> Data | None:
+        """The object's bytes (or a range of them); ``None`` if it does not exist."""
+        result = await self.get_object(key, byte_range)
+        return None if result is None else result.data
+
+    async def get_object(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> GetResult | None:
+        """Like :meth:`get` but with metadata; ``if_match`` makes the read conditional."""
+        result = await self._fetch(validate_key(key), byte_range, if_match)
+        if result is not None:
+            self._returned(result.data)
+        return result
+
+    async def head(self, key: str) -> ObjectMeta | None:
+        """Size, version and modification time of an object, ``None`` if missing."""
+        validate_key(key)
+        self.stats.requests["head"] += 1
+        return await self._bounded(self._head(key))
+
+    async def exists(self, key: str) -> bool:
+        """Whether the object exists."""
+        return await self.head(key) is not None
+
+    async def get_partial_values(
+        self,
+        key_ranges: Iterable[tuple[str, ByteRange | None]],
+        *,
+        if_match: Mapping[str, str] | None = None,
+    ) -> list[Data | None]:
+        """Read many ``(key, range)`` pairs; results in input order, ``None`` if missing.
+
+        Bounded ranges of one key are coalesced (``max_gap``, ``max_request``); a whole
+        object request serves every range of its key; requests run concurrently up to
+        ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
+        """
+        items = [(validate_key(key), rng) for key, rng in key_ranges]
+        out: list[Data | None] = [None] * len(items)
+        by_key: dict[str, list[int]] = {}
+        for i, (key, _) in enumerate(items):
+            by_key.setdefault(key, []).append(i)
+        jobs: list[Awaitable[None]] = []
+        for key, idxs in by_key.items():
+            version = if_match.get(key) if if_match else None
+            jobs.extend(self._plan_key(key, [(i, items[i][1]) for i in idxs], version, out))
+        await asyncio.gather(*jobs)
+        return out
+
+    def _plan_key(
+        self,
+        key: str,
+        members: Sequence[tuple[int, ByteRange | None]],
+        version: str | None,
+        out: list[Data | None],
+    ) -> list[Awaitable[None]]:
+        if any(rng is None for _, rng in members):
+            return [self._serve(key, None, version, [(i, rng, 0) for i, rng in members], out)]
+        bounded = [(i, rng) for i, rng in members if isinstance(rng, Range)]
+        jobs: list[Awaitable[None]] = [
+            self._serve(key, rng, version, [(i, None, 0)], out)
+            for i, rng in members
+            if isinstance(rng, (Offset, Suffix))
+        ]
+        plan = coalesce([r for _, r in bounded], max_gap=self.max_gap, max_request=self.max_request)
+        for req in plan:
+            parts = [(bounded[m][0], bounded[m][1], req.start) for m in req.members]
+            jobs.append(self._serve(key, Range(req.start, req.end), version, parts, out))
+        return jobs
+
+    async def _serve(
+        self,
+        key: str,
+        rng: ByteRange | None,
+        version: str | None,
+        parts: Sequence[tuple[int, ByteRange | None, int]],
+        out: list[Data | None],
+    ) -> None:
+        """Fetch ``rng`` of ``key`` once and cut each part ``(index, range, base)`` from it."""
+        result = await self._fetch(key, rng, version)
+        if result is None:
+            return
+        view = memoryview(result.data)
+        for i, part, base in parts:
+            if part is None:
+                out[i] = self._returned(view)
+            elif isinstance(part, Range):
+                out[i] = self._returned(view[part.start - base : part.end - base])
+            else:
+                start, end = resolve(part, len(view))
+                out[i] = self._returned(view[start:end])
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def set(
+        self,
+        key: str,
+        value: BytesLike,
+        *,
+        if_match: str | None = None,
+        if_absent: bool = False,
+    ) -> str | None:
+        """Write ``value`` atomically; return the new version if the backend reports one."""
+        validate_key(key)
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["put"] += 1
+        self.stats.bytes_written += len(value)
+        return await self._bounded(self._put(key, value, if_match, if_absent))
+
+    async def set_partial_values(
+        self, key_start_values: Iterable[tuple[str, int, BytesLike]]
+    ) -> None:
+        """Write byte runs into objects; runs are applied per key in input order.
+
+        Each touched object is read, patched (a gap past its end is zero-filled, a missing
+        object counts as empty) and written back with a conditional write, retried on
+        conflict, so concurrent partial writers do not lose each other's runs.
+        """
+        grouped: dict[str, list[tuple[int, BytesLike]]] = {}
+        for key, start, value in key_start_values:
+            if start < 0:
+                raise ValueError(f"negative start {start} for key {key!r}")
+            grouped.setdefault(validate_key(key), []).append((start, value))
+        await asyncio.gather(*(self._patch(k, runs) for k, runs in grouped.items()))
+
+    async def _patch(self, key: str, runs: Sequence[tuple[int, BytesLike]]) -> None:
+        async def attempt() -> None:
+            current = await self.get_object(key)
+            buf = bytearray(b"" if current is None else current.data)
+            for start, value in runs:
+                if start > len(buf):
+                    buf.extend(bytes(start - len(buf)))
+                buf[start : start + len(value)] = value
+            conditional = self.supports_conditional_writes
+            await self.set(
+                key,
+                buf,
+                if_match=current.meta.version if conditional and current else None,
+                if_absent=conditional and current is None,
+            )
+
+        await retry_on_conflict(attempt, key)
+
+    async def erase_values(self, keys: Iterable[str]) -> None:
+        """Delete the objects; missing ones are ignored."""
+        keys = [validate_key(k) for k in keys]
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["delete"] += len(keys)
+        await asyncio.gather(*(self._bounded(self._delete(k)) for k in keys))
+
+    async def erase_prefix(self, prefix: str) -> None:
+        """Delete every object whose key starts with ``prefix`` (``""`` erases all)."""
+        await self.erase_values([k async for k in self.list_prefix(prefix)])
+
+    # -- listing ------------------------------------------------------------------------
+
+    def list(self) -> AsyncIterator[str]:
+        """Every key in the store."""
+        return self.list_prefix("")
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key that starts with ``prefix``."""
+        prefix = validate_prefix(prefix)
+        self.stats.requests["list"] += 1
+        async for key in self._list(prefix):
+            yield key
+
+    async def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[str]]:
+        """``(keys, prefixes)`` directly below the directory ``prefix``."""
+        prefix = dir_prefix(prefix)
+        self.stats.requests["list"] += 1
+        return await self._list_dir(prefix)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Release resources; the store should not be used afterwards."""
+        await self._close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

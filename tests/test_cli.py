@@ -1,0 +1,57 @@
+"""The asyncshard command line, run in-process through click's runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from asyncshard import __version__
+from asyncshard.cli import cli
+
+
+def run(*args: str, data: bytes | None = None) -> tuple[int, bytes, str]:
+    result = CliRunner().invoke(cli, list(args), input=data)
+    return result.exit_code, result.stdout_bytes, result.stderr
+
+
+def test_put_cat_ls_rm(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    assert run("put", url, "a/b/obj", "-", data=b"0123456789")[0] == 0
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"from a file")
+    assert run("put", str(tmp_path), "a/c", str(src))[0] == 0
+    assert run("cat", url, "a/b/obj") == (0, b"0123456789", "")
+    assert run("cat", url, "a/b/obj", "--range", "2-5")[1] == b"234"
+    assert run("cat", url, "a/b/obj", "--range", "7-")[1] == b"789"
+    assert run("cat", url, "a/b/obj", "--range", "-2")[1] == b"89"
+    assert run("ls", url, "a")[1].decode().split() == ["a/b/", "a/c"]
+    assert run("ls", url, "-r")[1].decode().split() == ["a/b/obj", "a/c", "src.bin"]
+    assert run("rm", url, "a/b/obj", "a/c", "missing")[0] == 0
+    assert run("ls", url, "-r")[1].decode().split() == ["src.bin"]
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    for args in [
+        ("cat", str(tmp_path), "../etc/passwd"),
+        ("cat", str(tmp_path), "missing"),
+        ("ls", "nope://bucket"),
+        ("cat", str(tmp_path), "k", "--range", "9-1"),
+    ]:
+        code, _, err = run(*args)
+        assert code != 0, args
+        assert ("Traceback" not in err and len(err.strip().splitlines()) == 1) or "Usage" in err
+        assert err.strip(), args
+
+
+def test_version() -> None:
+    code, out, _ = run("--version")
+    assert code == 0 and __version__ in out.decode()
+
+
+def test_demo(tmp_path: Path) -> None:
+    code, out, err = run("demo", str(tmp_path / "demo"))
+    assert code == 0, err
+    text = out.decode()
+    assert "bytes match" in text and "stale conditional write refused" in text
+    assert (tmp_path / "demo" / "demo" / "c" / "3" / "3").stat().st_size == 4096
