@@ -1,0 +1,157 @@
+"""The shard-index cache: a byte-charged LRU with single-flight loading.
+
+Sharded stores keep decoded indexes here (Zarr shard indexes, precomputed shard and
+minishard indexes). One cache is shared by every sharded store of the process unless a
+store is given its own. Properties:
+
+* **Charged by bytes**: each entry costs its ``nbytes``; the least recently used entries
+  leave when the budget is exceeded.
+* **Single-flight**: concurrent misses for one key make one load; the others await it.
+* **Versioned**: an entry carries the version of the object it was decoded from, so a
+  reader can condition its data reads on it and drop the entry when it is stale.
+* **Missing objects** are remembered for ``missing_ttl`` seconds only, so a shard that
+  another process writes later is found soon after (writes through a sharded store
+  invalidate the entry at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import LRUCache
+
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+DEFAULT_MISSING_TTL = 1.0
+_ENTRY_OVERHEAD = 200  # bytes charged per entry beyond its payload
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """A decoded index (``value``; ``None`` when the object is missing) and its version."""
+
+    value: Any
+    version: str | None
+    nbytes: int
+    loaded_at: float
+
+    @property
+    def missing(self) -> bool:
+        """Whether the entry records that the object does not exist."""
+        return self.value is None
+
+
+def _entry_size(entry: CacheEntry) -> int:
+    return entry.nbytes + _ENTRY_OVERHEAD
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Hits, misses (loads started) and loads joined by concurrent callers."""
+
+    hits: int = 0
+    misses: int = 0
+    joined: int = 0
+
+
+class IndexCache:
+    """Byte-charged LRU of decoded indexes with single-flight loads."""
+
+    def __init__(
+        self, max_bytes: int = DEFAULT_CACHE_BYTES, *, missing_ttl: float = DEFAULT_MISSING_TTL
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.missing_ttl = missing_ttl
+        self.stats = CacheStats()
+        self._lru: LRUCache[Hashable, CacheEntry] = LRUCache(max_bytes, getsizeof=_entry_size)
+        self._lock = threading.Lock()
+        self._loading: dict[Hashable, asyncio.Task[CacheEntry]] = {}
+
+    @property
+    def current_bytes(self) -> int:
+        """Bytes charged by the entries held now."""
+        return int(self._lru.currsize)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def peek(self, key: Hashable) -> CacheEntry | None:
+        """The fresh entry for ``key`` if cached, without loading."""
+        with self._lock:
+            entry = self._lru.get(key)
+        if entry is not None and entry.missing and self._expired(entry):
+            self.invalidate(key)
+            return None
+        return entry
+
+    def _expired(self, entry: CacheEntry) -> bool:
+        return time.monotonic() - entry.loaded_at > self.missing_ttl
+
+    def put(self, key: Hashable, value: Any, version: str | None, nbytes: int) -> CacheEntry:
+        """Store an entry (a ``None`` value records a missing object)."""
+        entry = self.make_entry(value, version, nbytes)
+        self._store(key, entry)
+        return entry
+
+    def _store(self, key: Hashable, entry: CacheEntry) -> None:
+        if _entry_size(entry) <= self.max_bytes:  # an entry larger than the budget is not kept
+            with self._lock:
+                self._lru[key] = entry
+
+    def invalidate(self, key: Hashable) -> None:
+        """Forget ``key``."""
+        with self._lock:
+            self._lru.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._lru.clear()
+
+    async def get(self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]]) -> CacheEntry:
+        """The entry for ``key``, loading it with ``load()`` once for concurrent callers.
+
+        ``load`` returns an entry made with :meth:`make_entry`; it is cached if it fits.
+        """
+        entry = self.peek(key)
+        if entry is not None:
+            self.stats.hits += 1
+            return entry
+        loop = asyncio.get_running_loop()
+        task = self._loading.get(key)
+        if task is not None and task.get_loop() is loop:
+            self.stats.joined += 1
+            return await asyncio.shield(task)
+        self.stats.misses += 1
+        task = loop.create_task(self._load(key, load))
+        self._loading[key] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]]) -> CacheEntry:
+        try:
+            entry = await load()
+            self._store(key, entry)
+            return entry
+        finally:
+            if self._loading.get(key) is asyncio.current_task():
+                del self._loading[key]
+
+    @staticmethod
+    def make_entry(value: Any, version: str | None, nbytes: int) -> CacheEntry:
+        """An entry to return from a loader."""
+        return CacheEntry(value, version, nbytes, time.monotonic())
+
+
+_default: IndexCache | None = None
+
+
+def default_cache() -> IndexCache:
+    """The process-wide cache that sharded stores share unless given their own."""
+    global _default
+    if _default is None:
+        _default = IndexCache()
+    return _default

@@ -1,0 +1,88 @@
+"""The shard-index cache: byte-charged LRU, single-flight, missing-object TTL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from asyncshard.cache import CacheEntry, IndexCache, default_cache
+
+
+def loader(
+    calls: list[str], key: str, nbytes: int = 100, delay: float = 0.01
+) -> Callable[[], Awaitable[CacheEntry]]:
+    async def load() -> CacheEntry:
+        calls.append(key)
+        await asyncio.sleep(delay)
+        return IndexCache.make_entry(f"index of {key}", "v1", nbytes)
+
+    return load
+
+
+async def test_concurrent_misses_make_one_load() -> None:
+    cache = IndexCache()
+    calls: list[str] = []
+    entries = await asyncio.gather(*(cache.get("s", loader(calls, "s")) for _ in range(64)))
+    assert calls == ["s"]
+    assert {e.value for e in entries} == {"index of s"}
+    assert (cache.stats.misses, cache.stats.joined) == (1, 63)
+    await cache.get("s", loader(calls, "s"))
+    assert calls == ["s"] and cache.stats.hits == 1
+
+
+async def test_lru_charged_by_bytes() -> None:
+    cache = IndexCache(max_bytes=1000)
+    calls: list[str] = []
+    for key in "abc":
+        await cache.get(key, loader(calls, key, nbytes=300, delay=0))  # 500 bytes charged each
+    assert len(cache) == 2 and cache.current_bytes == 1000
+    assert cache.peek("a") is None and cache.peek("c") is not None
+    await cache.get("huge", loader(calls, "huge", nbytes=5000, delay=0))
+    assert cache.peek("huge") is None  # larger than the whole budget: returned, not kept
+    assert cache.peek("c") is not None
+
+
+async def test_missing_objects_are_remembered_briefly() -> None:
+    cache = IndexCache(missing_ttl=0.05)
+    calls: list[str] = []
+
+    async def load_missing() -> CacheEntry:
+        calls.append("m")
+        return IndexCache.make_entry(None, None, 0)
+
+    assert (await cache.get("m", load_missing)).missing
+    assert (await cache.get("m", load_missing)).missing
+    assert calls == ["m"]
+    await asyncio.sleep(0.06)
+    await cache.get("m", load_missing)
+    assert calls == ["m", "m"]
+
+
+async def test_failed_load_reaches_every_waiter_and_is_not_cached() -> None:
+    cache = IndexCache()
+    attempts = 0
+
+    async def boom() -> CacheEntry:
+        nonlocal attempts
+        attempts += 1
+        await asyncio.sleep(0.01)
+        raise OSError("backend down")
+
+    results = await asyncio.gather(
+        *(cache.get("k", boom) for _ in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, OSError) for r in results) and attempts == 1
+    with pytest.raises(OSError):
+        await cache.get("k", boom)
+    assert attempts == 2
+
+
+async def test_invalidate_and_default_cache_is_shared() -> None:
+    cache = IndexCache()
+    cache.put("k", "value", "v1", 10)
+    assert cache.peek("k") is not None
+    cache.invalidate("k")
+    assert cache.peek("k") is None
+    assert default_cache() is default_cache()
