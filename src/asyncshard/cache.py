@@ -107,6 +107,13 @@ class IndexCache:
         with self._lock:
             self._lru.pop(key, None)
 
+    def invalidate_namespace(self, namespace: Hashable) -> None:
+        """Forget every key that is a tuple starting with ``namespace``."""
+        with self._lock:
+            stale = [k for k in self._lru if isinstance(k, tuple) and k and k[0] == namespace]
+            for key in stale:
+                self._lru.pop(key, None)
+
     def clear(self) -> None:
         """Forget everything."""
         with self._lock:

@@ -87,6 +87,19 @@ def dir_prefix(prefix: str) -> str:
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
+def apply_runs(current: BytesLike | None, runs: Iterable[tuple[int, BytesLike]]) -> bytearray:
+    """``current`` (``None`` = empty) with each ``(start, bytes)`` run written over it.
+
+    A run starting past the end zero-fills the gap.
+    """
+    buf = bytearray(b"" if current is None else current)
+    for start, value in runs:
+        if start > len(buf):
+            buf.extend(bytes(start - len(buf)))
+        buf[start : start + len(value)] = value
+    return buf
+
+
 async def retry_on_conflict(
     attempt: Callable[[], Awaitable[T]], key: str, *, attempts: int = CONFLICT_RETRIES
 ) -> T:
@@ -391,11 +404,7 @@ class Store(ABC):
     async def _patch(self, key: str, runs: Sequence[tuple[int, BytesLike]]) -> None:
         async def attempt() -> None:
             current = await self.get_object(key)
-            buf = bytearray(b"" if current is None else current.data)
-            for start, value in runs:
-                if start > len(buf):
-                    buf.extend(bytes(start - len(buf)))
-                buf[start : start + len(value)] = value
+            buf = apply_runs(None if current is None else current.data, runs)
             conditional = self.supports_conditional_writes
             await self.set(
                 key,

@@ -1,0 +1,381 @@
+"""Pure encoding and decoding of Zarr shards (``sharding_indexed`` and the draft transformer).
+
+A shard is one storage object holding the encoded bytes of up to ``n`` inner chunks plus an
+index of ``n`` ``(offset, nbytes)`` uint64 pairs in C order over the ``chunks_per_shard``
+grid, optionally followed by a crc32c checksum (4 bytes, little-endian). Empty chunks have
+``offset == nbytes == 2**64 - 1``. The index sits at the start or the end of the object;
+offsets are always absolute in the object.
+
+Nothing here does I/O or awaits: bytes and numpy arrays in, bytes and numpy arrays out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal, TypeVar
+
+import crc32c
+import numpy as np
+import numpy.typing as npt
+
+from asyncshard.errors import ChecksumError, CorruptShardError
+
+__all__ = [
+    "EMPTY",
+    "IndexLayout",
+    "IndexRange",
+    "chunk_slices",
+    "decode_index",
+    "decode_shard",
+    "empty_index",
+    "encode_index",
+    "encode_shard",
+    "index_byte_range",
+    "morton_order",
+    "present_mask",
+]
+
+EMPTY = 2**64 - 1
+"""Offset and nbytes of an empty (missing) inner chunk."""
+
+_ENTRY_NBYTES = 16
+_CHECKSUM_NBYTES = 4
+_EMPTY_U64 = np.uint64(EMPTY)
+
+Buffer = bytes | bytearray | memoryview
+IndexArray = npt.NDArray[np.uint64]
+_Pos = TypeVar("_Pos", bound=tuple[int, ...])
+
+
+@dataclass(frozen=True)
+class IndexLayout:
+    """How a shard's index is shaped, encoded and placed; everything derives from config."""
+
+    chunks_per_shard: tuple[int, ...]
+    endian: Literal["little", "big"] = "little"
+    checksum: bool = True
+    location: Literal["start", "end"] = "end"
+
+    def __post_init__(self) -> None:
+        cps = self.chunks_per_shard
+        if not isinstance(cps, tuple) or not all(_is_int(c) and c > 0 for c in cps):
+            raise ValueError(f"chunks_per_shard must be a tuple of positive ints, got {cps!r}")
+        object.__setattr__(self, "chunks_per_shard", tuple(int(c) for c in cps))
+        if self.endian not in ("little", "big"):
+            raise ValueError(f"endian must be 'little' or 'big', got {self.endian!r}")
+        if self.location not in ("start", "end"):
+            raise ValueError(f"location must be 'start' or 'end', got {self.location!r}")
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions of the inner-chunk grid."""
+        return len(self.chunks_per_shard)
+
+    @property
+    def n_chunks(self) -> int:
+        """Number of index entries (inner chunks per shard, edge shards included)."""
+        return math.prod(self.chunks_per_shard)
+
+    @property
+    def index_nbytes(self) -> int:
+        """Encoded size of the index: ``16 * n_chunks`` plus 4 with a checksum."""
+        return _ENTRY_NBYTES * self.n_chunks + (_CHECKSUM_NBYTES if self.checksum else 0)
+
+    @property
+    def dtype(self) -> np.dtype[np.uint64]:
+        """The numpy dtype of index entries as stored."""
+        return np.dtype("<u8" if self.endian == "little" else ">u8")
+
+    def data_region(self, shard_size: int) -> tuple[int, int]:
+        """``[start, end)`` of the bytes that inner chunks may occupy in a shard of this size."""
+        if self.location == "start":
+            return self.index_nbytes, shard_size
+        return 0, shard_size - self.index_nbytes
+
+
+@dataclass(frozen=True)
+class IndexRange:
+    """The bytes to request to read a shard's index.
+
+    ``start is None`` means a suffix: the last ``length`` bytes of the object. Otherwise the
+    bytes ``[start, start + length)``.
+    """
+
+    start: int | None
+    length: int
+
+    @property
+    def is_suffix(self) -> bool:
+        """Whether this is a suffix request (object size not needed)."""
+        return self.start is None
+
+    @property
+    def end(self) -> int | None:
+        """Exclusive end offset, or ``None`` for a suffix."""
+        return None if self.start is None else self.start + self.length
+
+    def as_slice(self) -> slice:
+        """A slice that cuts these bytes out of the whole object held in memory."""
+        if self.start is None:
+            return slice(-self.length, None) if self.length else slice(0, 0)
+        return slice(self.start, self.start + self.length)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _as_view(buf: Buffer) -> memoryview:
+    """A flat byte view of ``buf`` (zero-copy when it is contiguous)."""
+    view = memoryview(buf)
+    if view.ndim == 1 and view.format in ("B", "b", "c") and view.c_contiguous:
+        return view if view.format == "B" else view.cast("B")
+    if view.c_contiguous:
+        return view.cast("B")
+    return memoryview(view.tobytes())
+
+
+def index_byte_range(
+    layout: IndexLayout, shard_size: int | None = None, *, key: str | None = None
+) -> IndexRange:
+    """What to read to get the index: first ``index_nbytes`` bytes, or the last ones.
+
+    For ``location="end"`` without a known ``shard_size`` this is a suffix request; with a
+    known size it is an explicit range. A shard smaller than the index is corrupt.
+    """
+    n = layout.index_nbytes
+    if shard_size is not None and shard_size < n:
+        raise CorruptShardError(
+            f"shard is {shard_size} bytes, smaller than its {n}-byte index", key=key
+        )
+    if layout.location == "start":
+        return IndexRange(0, n)
+    if shard_size is None:
+        return IndexRange(None, n)
+    return IndexRange(shard_size - n, n)
+
+
+def empty_index(layout: IndexLayout) -> IndexArray:
+    """A fresh, writable index with every entry empty, shape ``(*chunks_per_shard, 2)``."""
+    return np.full((*layout.chunks_per_shard, 2), EMPTY, dtype=np.uint64)
+
+
+def present_mask(index: IndexArray) -> npt.NDArray[np.bool_]:
+    """Boolean array of shape ``chunks_per_shard``: which inner chunks are present."""
+    mask: npt.NDArray[np.bool_] = (index[..., 0] != _EMPTY_U64) & (index[..., 1] != _EMPTY_U64)
+    return mask
+
+
+def chunk_slices(index: IndexArray) -> Iterator[tuple[tuple[int, ...], int, int]]:
+    """Yield ``(position, offset, nbytes)`` for each present chunk, in C order."""
+    mask = present_mask(index)
+    positions = np.argwhere(mask)
+    offsets = index[..., 0][mask]
+    sizes = index[..., 1][mask]
+    for pos, off, size in zip(positions.tolist(), offsets.tolist(), sizes.tolist(), strict=True):
+        yield tuple(pos), off, size
+
+
+def _checked_index_array(index: npt.ArrayLike, layout: IndexLayout) -> npt.NDArray[np.integer]:
+    arr = np.asarray(index)
+    if arr.shape not in ((*layout.chunks_per_shard, 2), (layout.n_chunks, 2)):
+        raise ValueError(
+            f"index shape {arr.shape} does not match chunks_per_shard "
+            f"{layout.chunks_per_shard} (expected {(*layout.chunks_per_shard, 2)})"
+        )
+    if arr.dtype.kind not in "ui":
+        raise TypeError(f"index must hold integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "i" and bool((arr < 0).any()):
+        raise ValueError("index entries must be non-negative")
+    return arr
+
+
+def encode_index(index: npt.ArrayLike, layout: IndexLayout) -> bytes:
+    """Encode an index of shape ``(*chunks_per_shard, 2)`` (or ``(n, 2)``) to bytes."""
+    arr = _checked_index_array(index, layout)
+    raw = np.ascontiguousarray(arr, dtype=layout.dtype).tobytes()
+    if layout.checksum:
+        raw += crc32c.crc32c(raw).to_bytes(_CHECKSUM_NBYTES, "little")
+    return raw
+
+
+def _first_position(mask: npt.NDArray[np.bool_]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def _validate_entries(
+    index: IndexArray, layout: IndexLayout, shard_size: int | None, key: str | None
+) -> None:
+    offsets, sizes = index[..., 0], index[..., 1]
+    empty_off, empty_size = offsets == _EMPTY_U64, sizes == _EMPTY_U64
+    half = empty_off ^ empty_size
+    if half.any():
+        pos = _first_position(half)
+        raise CorruptShardError(f"index entry {pos} is half empty", key=key)
+    present = ~empty_off
+    # offset + nbytes must fit in uint64; EMPTY - offset cannot underflow for present entries.
+    overflow = present & (sizes > (_EMPTY_U64 - np.where(present, offsets, 0)))
+    if overflow.any():
+        pos = _first_position(overflow)
+        raise CorruptShardError(f"index entry {pos}: offset + nbytes overflows", key=key)
+    if shard_size is None:
+        return
+    lo, hi = layout.data_region(shard_size)
+    ends = offsets + np.where(present, sizes, 0)
+    outside = present & ((offsets < np.uint64(lo)) | (ends > np.uint64(hi)))
+    if outside.any():
+        pos = _first_position(outside)
+        off, size = int(offsets[pos]), int(sizes[pos])
+        raise CorruptShardError(
+            f"chunk {pos} at bytes [{off}, {off + size}) lies outside the data region "
+            f"[{lo}, {hi}) of a {shard_size}-byte shard",
+            key=key,
+        )
+
+
+def decode_index(
+    buf: Buffer, layout: IndexLayout, *, shard_size: int | None = None, key: str | None = None
+) -> IndexArray:
+    """Decode and validate index bytes into a writable uint64 array ``(*chunks_per_shard, 2)``.
+
+    Raises ``CorruptShardError`` for a wrong length, half-empty entries, overflowing entries
+    or (when ``shard_size`` is known) chunks outside the shard's data region, and
+    ``ChecksumError`` for a crc32c mismatch. Only allocates in proportion to ``len(buf)``.
+    """
+    view = _as_view(buf)
+    expected = layout.index_nbytes
+    if view.nbytes != expected:
+        raise CorruptShardError(f"index is {view.nbytes} bytes, expected {expected}", key=key)
+    if shard_size is not None and shard_size < expected:
+        raise CorruptShardError(
+            f"shard is {shard_size} bytes, smaller than its {expected}-byte index", key=key
+        )
+    body = view[: _ENTRY_NBYTES * layout.n_chunks]
+    if layout.checksum:
+        stored = int.from_bytes(view[-_CHECKSUM_NBYTES:], "little")
+        actual = crc32c.crc32c(body)
+        if stored != actual:
+            raise ChecksumError(
+                f"index crc32c mismatch: stored {stored:#010x}, computed {actual:#010x}", key=key
+            )
+    flat = np.frombuffer(body, dtype=layout.dtype)
+    index = flat.astype(np.uint64).reshape((*layout.chunks_per_shard, 2))
+    _validate_entries(index, layout, shard_size, key)
+    return index
+
+
+def decode_shard(
+    buf: Buffer, layout: IndexLayout, *, key: str | None = None
+) -> dict[tuple[int, ...], memoryview]:
+    """All present inner chunks of a whole shard, as zero-copy memoryview slices of ``buf``."""
+    view = _as_view(buf)
+    size = view.nbytes
+    rng = index_byte_range(layout, size, key=key)
+    index = decode_index(view[rng.as_slice()], layout, shard_size=size, key=key)
+    return {pos: view[off : off + n] for pos, off, n in chunk_slices(index)}
+
+
+@lru_cache(maxsize=64)
+def _morton_order_cached(shape: tuple[int, ...]) -> npt.NDArray[np.intp]:
+    n = math.prod(shape)
+    ndim = len(shape)
+    if n == 0 or ndim == 0:
+        empty = np.zeros((n, ndim), dtype=np.intp)
+        empty.flags.writeable = False
+        return empty
+    positions = np.indices(shape).reshape(ndim, -1).T
+    bits = [(s - 1).bit_length() for s in shape]
+    if sum(bits) > 64:
+        raise ValueError(f"grid {shape} is too large for a 64-bit Morton code")
+    codes = np.zeros(n, dtype=np.uint64)
+    out_bit = 0
+    for bit in range(max(bits)):
+        for dim in range(ndim):
+            if bit < bits[dim]:
+                b = (positions[:, dim].astype(np.uint64) >> np.uint64(bit)) & np.uint64(1)
+                codes |= b << np.uint64(out_bit)
+                out_bit += 1
+    order = positions[np.argsort(codes, kind="stable")]
+    order.flags.writeable = False
+    return order
+
+
+def morton_order(shape: Sequence[int]) -> npt.NDArray[np.intp]:
+    """Positions ``(n, ndim)`` of a grid in Z-order (dimension 0 takes the lowest bit).
+
+    Works for any dimensionality and non-power-of-two shapes (compressed Morton code, the
+    order zarr-python writes). The returned array is cached and read-only.
+    """
+    return _morton_order_cached(tuple(int(s) for s in shape))
+
+
+@lru_cache(maxsize=64)
+def _morton_rank(shape: tuple[int, ...]) -> npt.NDArray[np.intp]:
+    """For each C-order linear position, its rank in Morton order."""
+    order = _morton_order_cached(shape)
+    linear = np.ravel_multi_index(tuple(order.T), shape) if shape else np.zeros(1, np.intp)
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[linear] = np.arange(len(order), dtype=np.intp)
+    rank.flags.writeable = False
+    return rank
+
+
+def _checked_position(pos: object, cps: tuple[int, ...]) -> tuple[int, ...]:
+    if not isinstance(pos, tuple) or len(pos) != len(cps) or not all(_is_int(p) for p in pos):
+        raise ValueError(f"chunk position {pos!r} is not a tuple of {len(cps)} ints")
+    out = tuple(int(p) for p in pos)
+    if not all(0 <= p < c for p, c in zip(out, cps, strict=True)):
+        raise ValueError(f"chunk position {out} is outside chunks_per_shard {cps}")
+    return out
+
+
+def _write_order(
+    positions: list[tuple[int, ...]], cps: tuple[int, ...], order: Literal["morton", "C"]
+) -> list[int]:
+    """Indices into ``positions`` in the order their data is written."""
+    if not cps:
+        return list(range(len(positions)))
+    linear = np.ravel_multi_index(tuple(np.array(positions, dtype=np.intp).T), cps)
+    if order == "morton":
+        keys = _morton_rank(cps)[linear]
+    elif order == "C":
+        keys = linear
+    else:
+        raise ValueError(f"order must be 'morton' or 'C', got {order!r}")
+    return [int(i) for i in np.argsort(keys, kind="stable")]
+
+
+def encode_shard(
+    chunks: Mapping[_Pos, Buffer],
+    layout: IndexLayout,
+    *,
+    order: Literal["morton", "C"] = "morton",
+) -> bytes:
+    """Build a shard from encoded inner chunks keyed by position within the shard.
+
+    Missing positions are empty. Data is written back to back in ``order`` and the index
+    placed per ``layout.location`` (offsets absolute in the object). An all-empty shard is
+    not a thing to write: callers delete the object instead, so an empty mapping raises
+    ``ValueError``.
+    """
+    if not chunks:
+        raise ValueError("no chunks to encode: delete the shard instead of writing it empty")
+    cps = layout.chunks_per_shard
+    positions = [_checked_position(p, cps) for p in chunks]
+    if len(set(positions)) != len(positions):
+        raise ValueError("duplicate chunk positions")
+    values = [_as_view(v) for v in chunks.values()]
+    index = empty_index(layout)
+    offset = layout.index_nbytes if layout.location == "start" else 0
+    parts: list[memoryview] = []
+    for i in _write_order(positions, cps, order):
+        index[positions[i]] = (offset, values[i].nbytes)
+        offset += values[i].nbytes
+        parts.append(values[i])
+    index_bytes = encode_index(index, layout)
+    if layout.location == "start":
+        return b"".join([memoryview(index_bytes), *parts])
+    return b"".join([*parts, memoryview(index_bytes)])

@@ -1,0 +1,264 @@
+"""ShardedStore: request budgets, writes, staleness, listing and bad shards.
+
+Budgets are asserted on the wrapped store's counters: every ``get`` there is one
+request to the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asyncshard.backends import LocalStore, MemoryStore
+from asyncshard.errors import AsyncShardError, ChecksumError, ConflictError, CorruptShardError
+from asyncshard.ranges import Range
+from asyncshard.store import Store
+from asyncshard.zarr.format import IndexLayout, empty_index, encode_index, encode_shard
+from asyncshard.zarr.store import ShardedStore
+from tests.zarr.helpers import array_doc, chunk_bytes, sharded
+
+# 2-D array 40x40, shards 16x16, inner chunks 4x4 -> 4x4 chunks per shard, 3x3 shards
+DOC = array_doc([40, 40], [16, 16], [4, 4])
+NBYTES = 16  # uint8 4x4
+
+
+def all_chunks() -> dict[str, bytes]:
+    return {f"arr/c/{i}/{j}": chunk_bytes((i, j), NBYTES) for i in range(10) for j in range(10)}
+
+
+@pytest.fixture(params=["memory", "local"])
+def inner(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return MemoryStore() if request.param == "memory" else LocalStore(tmp_path)
+
+
+async def filled(inner: Store) -> ShardedStore:
+    store = await sharded(inner, DOC)
+    await store.set_values(all_chunks())
+    store.cache.clear()
+    inner.stats.reset()
+    return store
+
+
+async def test_cold_chunk_costs_two_requests_then_one(inner: Store) -> None:
+    store = await filled(inner)
+    assert await store.get("arr/c/5/6") == chunk_bytes((5, 6), NBYTES)
+    assert inner.stats.requests["get"] == 2  # index, data
+    assert await store.get("arr/c/5/7") == chunk_bytes((5, 7), NBYTES)
+    assert inner.stats.requests["get"] == 3  # same shard: data only
+    assert inner.stats.total_requests == 3
+
+
+async def test_k_chunks_of_one_shard_cost_index_plus_one(inner: Store) -> None:
+    store = await filled(inner)
+    keys = [f"arr/c/{i}/{j}" for i in range(4, 8) for j in range(4, 7)]  # 12 chunks, shard (1,1)
+    values = await store.get_partial_values([(k, None) for k in keys])
+    assert [bytes(v or b"") for v in values] == [all_chunks()[k] for k in keys]
+    assert inner.stats.requests["get"] == 2
+
+
+async def test_every_chunk_of_a_shard_costs_one_request(inner: Store) -> None:
+    store = await filled(inner)
+    keys = [f"arr/c/{i}/{j}" for i in range(4, 8) for j in range(4, 8)]
+    values = await store.get_partial_values([(k, None) for k in keys])
+    assert [bytes(v or b"") for v in values] == [all_chunks()[k] for k in keys]
+    assert inner.stats.requests["get"] == 1
+    # the whole-shard read also filled the index cache
+    assert await store.get("arr/c/4/4") == all_chunks()["arr/c/4/4"]
+    assert inner.stats.requests["get"] == 2
+
+
+async def test_every_chunk_of_an_edge_shard_costs_one_request(inner: Store) -> None:
+    store = await filled(inner)
+    keys = [f"arr/c/{i}/{j}" for i in (8, 9) for j in (8, 9)]  # shard (2,2) holds 2x2 chunks
+    values = await store.get_partial_values([(k, None) for k in keys])
+    assert [bytes(v or b"") for v in values] == [all_chunks()[k] for k in keys]
+    assert inner.stats.requests["get"] == 1
+
+
+async def test_concurrent_cold_reads_share_one_index_request(inner: Store) -> None:
+    store = await filled(inner)
+    keys = [f"arr/c/{i}/{j}" for i in range(4) for j in range(4)] * 4  # 64 reads, shard (0,0)
+    values = await asyncio.gather(*(store.get(k) for k in keys))
+    assert [bytes(v or b"") for v in values] == [all_chunks()[k] for k in keys]
+    assert store.cache.stats.misses == 1
+    assert inner.stats.requests["get"] == 1 + 64  # one index request, one data read each
+
+
+async def test_chunk_ranges_and_missing_chunks(inner: Store) -> None:
+    store = await sharded(inner, DOC)
+    await store.set("arr/c/0/0", b"0123456789abcdef")
+    assert await store.get("arr/c/0/0", Range(2, 5)) == b"234"
+    assert await store.get("arr/c/0/1") is None  # empty in an existing shard
+    assert await store.get("arr/c/9/9") is None  # in a missing shard
+    assert await store.get("arr/zarr.json") is not None  # pass-through key
+    meta = await store.head("arr/c/0/0")
+    assert meta is not None and meta.size == 16
+
+
+async def test_whole_shard_write_does_not_read(inner: Store) -> None:
+    store = await sharded(inner, DOC)
+    shard = {f"arr/c/{i}/{j}": chunk_bytes((i, j), NBYTES) for i in range(4) for j in range(4)}
+    await store.set_values(shard)
+    assert inner.stats.requests["get"] == 0 and inner.stats.requests["put"] == 1
+    assert [k async for k in inner.list_prefix("arr/c/")] == ["arr/c/0/0"]
+
+
+async def test_partial_write_merges_and_erasing_last_chunk_deletes_shard(inner: Store) -> None:
+    store = await sharded(inner, DOC)
+    await store.set("arr/c/1/1", b"first")
+    await store.set("arr/c/1/2", b"second")
+    inner.stats.reset()
+    await store.set("arr/c/1/1", b"replaced")
+    assert inner.stats.requests["get"] == 1 and inner.stats.requests["put"] == 1
+    assert await store.get("arr/c/1/1") == b"replaced"
+    assert await store.get("arr/c/1/2") == b"second"
+    await store.erase_values(["arr/c/1/1"])
+    assert await inner.exists("arr/c/0/0")
+    await store.erase_values(["arr/c/1/2"])
+    assert not await inner.exists("arr/c/0/0")
+    assert await store.get("arr/c/1/2") is None
+
+
+async def test_set_partial_values_patches_chunks(inner: Store) -> None:
+    store = await sharded(inner, DOC)
+    await store.set("arr/c/0/0", b"abcdef")
+    await store.set_partial_values(
+        [("arr/c/0/0", 1, b"XY"), ("arr/c/0/1", 2, b"new"), ("arr/note", 0, b"plain")]
+    )
+    assert await store.get("arr/c/0/0") == b"aXYdef"
+    assert await store.get("arr/c/0/1") == b"\x00\x00new"
+    assert await inner.get("arr/note") == b"plain"
+
+
+async def test_conditional_chunk_writes(inner: Store) -> None:
+    store = await sharded(inner, DOC)
+    await store.set("arr/c/2/2", b"one", if_absent=True)
+    with pytest.raises(ConflictError):
+        await store.set("arr/c/2/2", b"two", if_absent=True)
+    meta = await store.head("arr/c/2/2")
+    assert meta is not None
+    await store.set("arr/c/2/2", b"two", if_match=meta.version)
+    with pytest.raises(ConflictError):
+        await store.set("arr/c/2/2", b"three", if_match=meta.version)
+    assert await store.get("arr/c/2/2") == b"two"
+
+
+async def test_rewritten_shard_never_yields_wrong_bytes(inner: Store) -> None:
+    reader = await filled(inner)
+    writer = await sharded(inner, DOC)  # its own cache
+    assert await reader.get("arr/c/0/0") == all_chunks()["arr/c/0/0"]
+    # rewrite shard (0,0) with chunks of another size, so every offset moves
+    await writer.set_values(
+        {f"arr/c/{i}/{j}": bytes([i * 4 + j]) * (3 + i + j) for i in range(4) for j in range(4)}
+    )
+    inner.stats.reset()
+    assert await reader.get("arr/c/1/2") == bytes([6]) * 6
+    assert inner.stats.requests["get"] == 3  # stale data read, fresh index, data
+    await writer.erase_values([f"arr/c/{i}/{j}" for i in range(4) for j in range(4)])
+    assert not await inner.exists("arr/c/0/0")  # the emptied shard is gone
+    assert await reader.get("arr/c/1/2") is None
+
+
+async def test_concurrent_partial_writers_lose_nothing(tmp_path: Path) -> None:
+    inner = LocalStore(tmp_path, durable=False)
+    doc = array_doc([80, 80], [80, 80], [4, 4])  # one shard of 20x20 = 400 chunks
+    store = await sharded(inner, doc)
+
+    async def writer(task: int) -> None:
+        for n in range(50):
+            i, j = divmod(task * 50 + n, 20)
+            await store.set(f"arr/c/{i}/{j}", f"{task}:{n}".encode())
+
+    await asyncio.gather(*(writer(t) for t in range(8)))
+    fresh = await sharded(inner, doc)
+    for t in range(8):
+        for n in range(50):
+            i, j = divmod(t * 50 + n, 20)
+            assert await fresh.get(f"arr/c/{i}/{j}") == f"{t}:{n}".encode()
+
+
+async def test_listing_reads_indexes(inner: Store) -> None:
+    store = await sharded(inner, DOC)
+    await store.set_values({"arr/c/0/1": b"a", "arr/c/5/5": b"b", "arr/c/5/9": b"c"})
+    assert sorted([k async for k in store.list()]) == [
+        "arr/c/0/1",
+        "arr/c/5/5",
+        "arr/c/5/9",
+        "arr/zarr.json",
+    ]
+    assert sorted([k async for k in store.list_prefix("arr/c/5")]) == ["arr/c/5/5", "arr/c/5/9"]
+    assert await store.list_dir("arr") == (["arr/zarr.json"], ["arr/c/"])
+    assert await store.list_dir("arr/c") == ([], ["arr/c/0/", "arr/c/5/"])
+    assert await store.list_dir("arr/c/5/") == (["arr/c/5/5", "arr/c/5/9"], [])
+
+
+async def test_erase_prefix(inner: Store) -> None:
+    store = await filled(inner)
+    await store.erase_prefix("arr/c/5/")
+    assert await store.get("arr/c/5/5") is None
+    assert await store.get("arr/c/4/5") == all_chunks()["arr/c/4/5"]
+    await store.erase_prefix("arr/")
+    assert [k async for k in inner.list()] == []
+
+
+async def corrupt_store(blob: bytes) -> ShardedStore:
+    inner = MemoryStore()
+    store = await sharded(inner, DOC)
+    await inner.set("arr/c/0/0", blob)
+    return store
+
+
+def good_shard() -> bytearray:
+    layout = IndexLayout((4, 4))
+    return bytearray(encode_shard({(0, 0): b"x" * 16, (1, 1): b"y" * 16}, layout))
+
+
+async def test_flipped_index_byte_is_a_checksum_error_naming_the_shard() -> None:
+    blob = good_shard()
+    blob[-10] ^= 0xFF
+    store = await corrupt_store(bytes(blob))
+    with pytest.raises(ChecksumError, match="arr/c/0/0"):
+        await store.get("arr/c/0/0")
+
+
+def shard_with_index(entries: dict[tuple[int, int], tuple[int, int]], data: bytes) -> bytes:
+    layout = IndexLayout((4, 4))
+    index = empty_index(layout)
+    for pos, entry in entries.items():
+        index[pos] = entry
+    return data + encode_index(index, layout)
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        bytes(good_shard())[:-1],  # truncated: the index is one byte short
+        bytes(good_shard())[20:],  # truncated at the front: offsets point past the data
+        shard_with_index({(0, 0): (1000, 16)}, b"z" * 16),  # offset past the end
+        shard_with_index({(0, 0): (0, 2**64 - 1)}, b"z" * 16),  # half-empty entry
+        b"tiny",  # smaller than the index
+    ],
+    ids=["truncated", "front-cut", "offset-past-end", "half-empty", "tiny"],
+)
+async def test_damaged_shards_raise_typed_errors(blob: bytes) -> None:
+    store = await corrupt_store(blob)
+    with pytest.raises(CorruptShardError, match="arr/c/0/0"):
+        await store.get("arr/c/0/0")
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=400))
+def test_random_bytes_as_a_shard_raise_only_asyncshard_errors(blob: bytes) -> None:
+    async def check() -> None:
+        store = await corrupt_store(blob)
+        try:
+            await store.get_partial_values([("arr/c/0/0", None), ("arr/c/1/1", Range(0, 4))])
+            [k async for k in store.list()]
+        except AsyncShardError:
+            pass
+
+    asyncio.run(check())
