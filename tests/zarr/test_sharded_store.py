@@ -81,11 +81,42 @@ async def test_every_chunk_of_an_edge_shard_costs_one_request(inner: Store) -> N
 
 async def test_concurrent_cold_reads_share_one_index_request(inner: Store) -> None:
     store = await filled(inner)
-    keys = [f"arr/c/{i}/{j}" for i in range(4) for j in range(4)] * 4  # 64 reads, shard (0,0)
+    keys = [f"arr/c/{i}/{j}" for i in range(2) for j in range(4)] * 8  # 64 reads, 8 chunks
     values = await asyncio.gather(*(store.get(k) for k in keys))
     assert [bytes(v or b"") for v in values] == [all_chunks()[k] for k in keys]
     assert store.cache.stats.misses == 1
-    assert inner.stats.requests["get"] == 1 + 64  # one index request, one data read each
+    # one index request; the concurrent reads were batched into one coalesced data request
+    assert inner.stats.requests["get"] == 2
+
+
+async def test_concurrent_reads_of_a_whole_shard_cost_one_request(inner: Store) -> None:
+    store = await filled(inner)
+    keys = [f"arr/c/{i}/{j}" for i in range(4) for j in range(4)] * 4  # every chunk, 4 times
+    values = await asyncio.gather(*(store.get(k) for k in keys))
+    assert [bytes(v or b"") for v in values] == [all_chunks()[k] for k in keys]
+    assert inner.stats.requests["get"] == 1
+
+
+async def test_concurrent_reads_across_ticks_and_shards(inner: Store) -> None:
+    store = await filled(inner)
+
+    async def late(key: str, delay: float) -> bytes:
+        await asyncio.sleep(delay)
+        return bytes(await store.get(key) or b"")
+
+    keys = ["arr/c/0/0", "arr/c/9/9", "arr/c/5/5", "arr/c/0/1"]
+    got = await asyncio.gather(*(late(k, 0.001 * n) for n, k in enumerate(keys)))
+    assert got == [all_chunks()[k] for k in keys]
+
+
+async def test_a_corrupt_shard_fails_only_its_own_batched_reads() -> None:
+    inner = MemoryStore()
+    store = await filled(inner)
+    await inner.set("arr/c/1/1", b"garbage that is no shard")
+    good, bad = store.get("arr/c/0/0"), store.get("arr/c/5/5")
+    results = await asyncio.gather(good, bad, return_exceptions=True)
+    assert results[0] == all_chunks()["arr/c/0/0"]
+    assert isinstance(results[1], CorruptShardError)
 
 
 async def test_chunk_ranges_and_missing_chunks(inner: Store) -> None:

@@ -22,10 +22,11 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from asyncshard.batching import Batcher
 from asyncshard.cache import CacheEntry, IndexCache, default_cache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
 from asyncshard.ranges import ByteRange, Range, Suffix, resolve
@@ -59,6 +60,7 @@ from asyncshard.zarr.metadata import (
 )
 
 _namespaces = itertools.count()
+T = TypeVar("T")
 Position = Coords
 # A pending change to one chunk: (current bytes, shard version) -> new bytes, or None to erase.
 Change = Callable[[BytesLike | None, str | None], BytesLike | None]
@@ -104,6 +106,9 @@ class ShardedStore(Store):
         self.cache = cache if cache is not None else default_cache()
         self.write_order = write_order
         self._ns = next(_namespaces)
+        self._batcher: Batcher[_ChunkRead, GetResult | None] = Batcher(
+            self._read_chunks, lambda read: read.shard_key
+        )
 
     def __repr__(self) -> str:
         return f"ShardedStore({self.inner!r}, chunks_per_shard={self.layout.chunks_per_shard})"
@@ -129,6 +134,11 @@ class ShardedStore(Store):
         if doc is not None:
             return cls(inner, parse_draft_transformer(doc, path), **options)
         raise InvalidMetadataError(f"no array metadata at {meta_key} or {draft_key}")
+
+    async def _bounded(self, awaitable: Awaitable[T]) -> T:
+        """No limit here: the wrapped store bounds the real I/O, and a limit at this level
+        would split concurrent reads into separate batches."""
+        return await awaitable
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -197,8 +207,11 @@ class ShardedStore(Store):
         located = self._locate(key)
         if located is None:
             return await self.inner.get_object(key, byte_range, if_match=if_match)
-        [result] = await self._read_chunks([_ChunkRead(key, *located, byte_range, if_match)])
-        return result
+        read = _ChunkRead(key, *located, byte_range, if_match)
+        if if_match is not None:  # a caller's condition may fail: keep it out of batches
+            [result] = await self._read_chunks([read])
+            return result
+        return await self._batcher.submit(read)
 
     async def _head(self, key: str) -> ObjectMeta | None:
         located = self._locate(key)
@@ -490,7 +503,7 @@ class ShardedStore(Store):
 
     async def _expand(self, shard_keys: Sequence[str]) -> list[str]:
         """The existing chunk keys of the given shards (indexes read through the cache)."""
-        indexes = await asyncio.gather(*(self._bounded(self._index(s)) for s in shard_keys))
+        indexes = await asyncio.gather(*map(self._index, shard_keys))
         keys: list[str] = []
         for shard_key, index in zip(shard_keys, indexes, strict=True):
             if index is not None:
