@@ -20,6 +20,7 @@ from asyncshard.errors import (
 )
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
 from asyncshard.store import GetResult, ObjectMeta, Store, StoreStats
+from asyncshard.zarr.store import ShardedStore, open_sharded
 
 try:
     __version__ = version("asyncshard")
@@ -43,6 +44,7 @@ __all__ = [
     "Offset",
     "Range",
     "ReadOnlyError",
+    "ShardedStore",
     "Store",
     "StoreConnectionError",
     "StorePermissionError",
@@ -51,5 +53,6 @@ __all__ = [
     "UnknownSchemeError",
     "UnsupportedOperationError",
     "__version__",
+    "open_sharded",
     "open_store",
 ]

@@ -7,6 +7,7 @@ request to the backend.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.backends import LocalStore, MemoryStore
-from asyncshard.errors import AsyncShardError, ChecksumError, ConflictError, CorruptShardError
+from asyncshard.cache import IndexCache
+from asyncshard.errors import (
+    AsyncShardError,
+    ChecksumError,
+    ConflictError,
+    CorruptShardError,
+    InvalidMetadataError,
+)
 from asyncshard.ranges import Range
 from asyncshard.store import Store
 from asyncshard.zarr.format import IndexLayout, empty_index, encode_index, encode_shard
-from asyncshard.zarr.store import ShardedStore
+from asyncshard.zarr.store import ShardedStore, open_sharded
 from tests.zarr.helpers import array_doc, chunk_bytes, sharded
 
 # 2-D array 40x40, shards 16x16, inner chunks 4x4 -> 4x4 chunks per shard, 3x3 shards
@@ -293,3 +301,48 @@ def test_random_bytes_as_a_shard_raise_only_asyncshard_errors(blob: bytes) -> No
             pass
 
     asyncio.run(check())
+
+
+async def test_open_sharded_from_a_url(tmp_path: Path) -> None:
+    await sharded(LocalStore(tmp_path), DOC)
+    store = await open_sharded(str(tmp_path), "arr")
+    await store.set("arr/c/3/3", b"via url")
+    assert await (await open_sharded(f"file://{tmp_path}", "arr")).get("arr/c/3/3") == b"via url"
+
+
+async def test_draft_transformer_arrays() -> None:
+    inner = MemoryStore()
+    doc = {
+        "shape": [8, 8],
+        "data_type": "uint8",
+        "chunk_grid": {"type": "regular", "chunk_shape": [2, 2], "separator": "/"},
+        "chunk_memory_layout": "C",
+        "fill_value": 0,
+        "storage_transformers": [
+            {"type": "indexed", "extension": "https://purl.org/zarr/spec/storage_transformers/sharding/1.0",
+             "configuration": {"chunks_per_shard": [2, 2]}}
+        ],
+    }  # fmt: skip
+    await inner.set("meta/root/arr.array.json", json.dumps(doc).encode())
+    store = await ShardedStore.open(inner, "arr", cache=IndexCache())
+    await store.set_values({"data/root/arr/c2/3": b"abcd", "data/root/arr/c3/3": b"efgh"})
+    # spec 004: chunk (2,3) lives in shard (1,1); index at the end, no checksum
+    shard = await inner.get("data/root/arr/c1/1")
+    assert shard is not None and len(shard) == 8 + 16 * 4
+    assert await store.get("data/root/arr/c3/3") == b"efgh"
+    assert sorted([k async for k in store.list_prefix("data/root/arr/")]) == [
+        "data/root/arr/c2/3", "data/root/arr/c3/3"
+    ]
+
+
+async def test_unsharded_or_missing_arrays_are_refused() -> None:
+    inner = MemoryStore()
+    flat = dict(DOC, codecs=[{"name": "bytes", "configuration": {"endian": "little"}}])
+    await inner.set("flat/zarr.json", json.dumps(flat).encode())
+    with pytest.raises(InvalidMetadataError, match="not sharded"):
+        await ShardedStore.open(inner, "flat")
+    with pytest.raises(InvalidMetadataError, match="no array metadata"):
+        await ShardedStore.open(inner, "nothing")
+    await inner.set("bad/zarr.json", b"{not json")
+    with pytest.raises(InvalidMetadataError, match="not valid JSON"):
+        await ShardedStore.open(inner, "bad")

@@ -538,6 +538,27 @@ class _ConditionFailed(Exception):
         self.error = error
 
 
+async def open_sharded(
+    url_or_store: str | Store,
+    array_path: str = "",
+    *,
+    cache: IndexCache | None = None,
+    write_order: Literal["morton", "C"] = "morton",
+    **store_options: Any,
+) -> ShardedStore:
+    """Open the sharded Zarr array at ``array_path`` of a store URL (or Store).
+
+    ``open_sharded("s3://bucket/data", "images/raw")`` reads the array metadata and
+    returns a store whose chunk keys (``images/raw/c/0/5/7``) are the inner chunks.
+    """
+    from asyncshard.backends.registry import open_store
+
+    inner = (
+        open_store(url_or_store, **store_options) if isinstance(url_or_store, str) else url_or_store
+    )
+    return await ShardedStore.open(inner, array_path, cache=cache, write_order=write_order)
+
+
 @dataclass(frozen=True, slots=True)
 class _Whole:
     """The chunks of a shard read whole, and its version."""
