@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import itertools
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -30,6 +28,14 @@ from asyncshard.batching import Batcher
 from asyncshard.cache import CacheEntry, IndexCache, default_cache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
 from asyncshard.ranges import ByteRange, Range, Suffix, resolve
+from asyncshard.sharding_common import (
+    ConditionFailed,
+    check_caller_condition,
+    new_namespace,
+    read_json,
+    read_merge_write,
+    retry_stale,
+)
 from asyncshard.store import (
     BytesLike,
     Data,
@@ -39,7 +45,6 @@ from asyncshard.store import (
     apply_runs,
     check_condition,
     dir_prefix,
-    retry_on_conflict,
     validate_key,
     validate_prefix,
 )
@@ -59,7 +64,6 @@ from asyncshard.zarr.metadata import (
     parse_zarr3_array,
 )
 
-_namespaces = itertools.count()
 T = TypeVar("T")
 Position = Coords
 # A pending change to one chunk: (current bytes, shard version) -> new bytes, or None to erase.
@@ -105,7 +109,7 @@ class ShardedStore(Store):
         self.layout = layout
         self.cache = cache if cache is not None else default_cache()
         self.write_order = write_order
-        self._ns = next(_namespaces)
+        self._ns = new_namespace("zarr")
         self._batcher: Batcher[_ChunkRead, GetResult | None] = Batcher(
             self._read_chunks, lambda read: read.shard_key
         )
@@ -122,7 +126,7 @@ class ShardedStore(Store):
         """
         path = array_path.strip("/")
         meta_key = f"{path}/zarr.json" if path else "zarr.json"
-        doc = await _read_json(inner, meta_key)
+        doc = await read_json(inner, meta_key)
         if doc is not None:
             if not is_sharded(doc):
                 raise InvalidMetadataError(f"{meta_key}: codecs: the array is not sharded")
@@ -130,7 +134,7 @@ class ShardedStore(Store):
                 inner, parse_zarr3_array(doc, key_prefix=f"{path}/" if path else ""), **options
             )
         draft_key = f"meta/root/{path}.array.json" if path else "meta/root.array.json"
-        doc = await _read_json(inner, draft_key)
+        doc = await read_json(inner, draft_key)
         if doc is not None:
             return cls(inner, parse_draft_transformer(doc, path), **options)
         raise InvalidMetadataError(f"no array metadata at {meta_key} or {draft_key}")
@@ -270,14 +274,7 @@ class ShardedStore(Store):
         cached index and runs once more with a fresh one.
         """
         shard_keys = {r.shard_key for r in reads}
-        for attempt in range(2):
-            try:
-                return await self._read_chunks_once(reads)
-            except ConflictError as exc:
-                if attempt or exc.key not in shard_keys:
-                    raise  # a caller's own condition failed, or the retry did too
-                self._forget(exc.key)
-        raise AssertionError("unreachable")
+        return await retry_stale(lambda: self._read_chunks_once(reads), shard_keys, self._forget)
 
     async def _read_chunks_once(self, reads: Sequence[_ChunkRead]) -> list[GetResult | None]:
         shard_keys = list(dict.fromkeys(r.shard_key for r in reads))
@@ -352,15 +349,12 @@ class ShardedStore(Store):
 
         def replace(current: BytesLike | None, version: str | None) -> BytesLike:
             meta = None if current is None else ObjectMeta(key, len(current), version)
-            try:
-                check_condition(key, meta, if_match, if_absent)
-            except ConflictError as exc:  # the caller's condition: final, not a write race
-                raise _ConditionFailed(exc) from None
+            check_caller_condition(key, meta, if_match, if_absent)  # final, not a write race
             return value
 
         try:
             return await self._update_shard(located[0], {located[1]: replace})
-        except _ConditionFailed as failed:
+        except ConditionFailed as failed:
             raise failed.error from None
 
     async def set_values(self, values: Mapping[str, BytesLike]) -> None:
@@ -451,10 +445,8 @@ class ShardedStore(Store):
 
     async def _update_shard(self, shard_key: str, changes: Mapping[Position, Change]) -> str | None:
         """Read-merge-write one shard under a conditional write, retried on conflict."""
-        conditional = self.inner.supports_conditional_writes
 
-        async def attempt() -> str | None:
-            current = await self.inner.get_object(shard_key)
+        def rebuild(current: GetResult | None) -> bytes | None:
             chunks: dict[Position, BytesLike] = {}
             version = None
             if current is not None:
@@ -467,21 +459,15 @@ class ShardedStore(Store):
                 else:
                     chunks[pos] = new
             self._forget(shard_key)
-            if not chunks:
-                if current is not None:
-                    await self.inner.erase_values([shard_key])
-                return None
-            shard = encode_shard(chunks, self.layout.index, order=self.write_order)
-            new_version = await self.inner.set(
-                shard_key,
-                shard,
-                if_match=version if conditional and current is not None else None,
-                if_absent=conditional and current is None,
+            return (
+                encode_shard(chunks, self.layout.index, order=self.write_order) if chunks else None
             )
-            self._remember(shard_key, shard, new_version)
-            return new_version
 
-        return await retry_on_conflict(attempt, shard_key)
+        def written(shard: BytesLike | None, version: str | None) -> None:
+            if shard is not None:
+                self._remember(shard_key, shard, version)
+
+        return await read_merge_write(self.inner, shard_key, rebuild, written)
 
     async def _delete(self, key: str) -> None:
         await self.erase_values([key])
@@ -528,14 +514,6 @@ class ShardedStore(Store):
 
     async def _close(self) -> None:
         await self.inner.close()
-
-
-class _ConditionFailed(Exception):
-    """Carries a caller's failed chunk condition past the shard-write retry loop."""
-
-    def __init__(self, error: ConflictError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 async def open_sharded(
@@ -587,16 +565,3 @@ def _erase(_current: BytesLike | None, _version: str | None) -> None:
 
 def _patcher(runs: Sequence[tuple[int, BytesLike]]) -> Change:
     return lambda current, _version: apply_runs(current, runs)
-
-
-async def _read_json(store: Store, key: str) -> dict[str, Any] | None:
-    raw = await store.get(key)
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidMetadataError(f"{key}: not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidMetadataError(f"{key}: expected a JSON object")
-    return doc

@@ -1,0 +1,746 @@
+"""Uint64ShardedStore and the volume layer: request budgets, writes, staleness, bad shards.
+
+Budgets are asserted on the wrapped store's counters: every ``get`` there is one request
+to the backend. Every store gets a private ``IndexCache``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asyncshard.backends import LocalStore, MemoryStore
+from asyncshard.cache import IndexCache
+from asyncshard.errors import (
+    AsyncShardError,
+    ConflictError,
+    CorruptShardError,
+    InvalidMetadataError,
+    ReadOnlyError,
+)
+from asyncshard.precomputed.format import (
+    build_shard,
+    decode_minishard_index,
+    decode_shard_index,
+    encode_shard_index,
+    minishard_index_range,
+    shard_index_nbytes,
+)
+from asyncshard.precomputed.spec import ShardingSpec
+from asyncshard.precomputed.store import Uint64ShardedStore, parse_chunk_key
+from asyncshard.precomputed.volume_store import (
+    PrecomputedVolume,
+    ShardedScale,
+    UnshardedScaleView,
+    unsharded_info,
+)
+from asyncshard.ranges import Offset, Range, Suffix, coalesce
+from asyncshard.store import BytesLike, Store
+
+ENCODINGS = ["raw", "gzip"]
+N_CHUNKS = 2000
+PREFIX = "vol/s0"
+
+
+def make_spec(
+    encoding: Any = "raw",
+    *,
+    minishard_bits: int = 3,
+    shard_bits: int = 2,
+    hash: Any = "murmurhash3_x86_128",
+    preshift_bits: int = 0,
+) -> ShardingSpec:
+    return ShardingSpec(
+        preshift_bits=preshift_bits,
+        hash=hash,
+        minishard_bits=minishard_bits,
+        shard_bits=shard_bits,
+        minishard_index_encoding=encoding,
+        data_encoding=encoding,
+    )
+
+
+def content(chunk_id: int, salt: int = 0) -> bytes:
+    """Deterministic, id-specific bytes of an id-dependent length."""
+    n = 5 + (chunk_id * 7 + salt) % 40
+    return bytes((chunk_id * 31 + salt + i) % 251 for i in range(n))
+
+
+ALL = {i: content(i) for i in range(N_CHUNKS)}
+
+
+class RecordingStore(MemoryStore):
+    """A MemoryStore that records the conditions of every write."""
+
+    def __init__(self, **options: int) -> None:
+        super().__init__(**options)
+        self.writes: list[tuple[str, str | None, bool]] = []
+
+    async def _put(
+        self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        self.writes.append((key, if_match, if_absent))
+        return await super()._put(key, data, if_match, if_absent)
+
+
+@pytest.fixture(params=["memory", "local"])
+def inner(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return MemoryStore() if request.param == "memory" else LocalStore(tmp_path, durable=False)
+
+
+@pytest.fixture(params=ENCODINGS)
+def spec(request: pytest.FixtureRequest) -> ShardingSpec:
+    return make_spec(request.param)
+
+
+def open_store(inner: Store, spec: ShardingSpec, prefix: str = PREFIX) -> Uint64ShardedStore:
+    return Uint64ShardedStore(inner, spec, prefix=prefix, cache=IndexCache())
+
+
+async def filled(inner: Store, spec: ShardingSpec) -> Uint64ShardedStore:
+    store = open_store(inner, spec)
+    await store.write_shards(ALL)
+    store.cache.clear()
+    inner.stats.reset()
+    return store
+
+
+def placement(spec: ShardingSpec, ids: list[int]) -> list[tuple[int, int]]:
+    shards, minishards = spec.shard_and_minishard(ids)
+    return list(zip(shards.tolist(), minishards.tolist(), strict=True))
+
+
+def ids_in(spec: ShardingSpec, shard: int, minishard: int | None = None) -> list[int]:
+    return [
+        i
+        for i, (s, m) in zip(ALL, placement(spec, list(ALL)), strict=True)
+        if s == shard and (minishard is None or m == minishard)
+    ]
+
+
+# --------------------------------------------------------------------------- read budgets
+
+
+async def test_cold_chunk_costs_three_requests_then_one(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    first, second = ids_in(spec, 1, 5)[:2]
+    assert await store.get(str(first)) == ALL[first]
+    assert inner.stats.requests["get"] == 3  # shard index, minishard index, data
+    assert await store.get(str(second)) == ALL[second]
+    assert inner.stats.requests["get"] == 4  # same minishard: data only
+    other = ids_in(spec, 1, 6)[0]
+    assert await store.get(str(other)) == ALL[other]
+    assert inner.stats.requests["get"] == 6  # same shard, other minishard: index + data
+    assert inner.stats.total_requests == 6
+
+
+async def test_shard_index_is_one_range_request(spec: ShardingSpec) -> None:
+    inner = MemoryStore()
+    store = await filled(inner, spec)
+    seen: list[Any] = []
+    original = inner._get
+
+    async def spy(key: str, rng: Any, if_match: str | None) -> Any:
+        seen.append((key, rng, if_match))
+        return await original(key, rng, if_match)
+
+    inner._get = spy  # type: ignore[method-assign,assignment]
+    chunk = ids_in(spec, 2, 0)[0]
+    await store.get(str(chunk))
+    shard_key = f"{PREFIX}/2.shard"
+    assert seen[0] == (shard_key, Range(0, shard_index_nbytes(spec)), None)
+    version = (await inner.head(shard_key)).version  # type: ignore[union-attr]
+    assert [s[2] for s in seen[1:]] == [version, version]  # both later reads are conditioned
+
+
+@pytest.mark.parametrize("max_gap", [0, 64 * 1024])
+async def test_hundred_ids_of_one_shard(spec: ShardingSpec, max_gap: int) -> None:
+    inner = MemoryStore(max_gap=max_gap)
+    store = await filled(inner, spec)
+    wanted = ids_in(spec, 3)[:100]
+    assert len(wanted) == 100
+    minishards = {m for _, m in placement(spec, wanted)}
+    # the data ranges of the wanted chunks, from the shard itself, coalesced like the store
+    shard = bytes(await inner.get(f"{PREFIX}/3.shard") or b"")
+    ranges = [chunk_range(shard, spec, i) for i in wanted]
+    data_requests = len(coalesce(ranges, max_gap=max_gap, max_request=inner.max_request))
+    inner.stats.reset()
+
+    got = await store.get_chunks(wanted)
+    assert got == {i: ALL[i] for i in wanted}
+    assert inner.stats.requests["get"] == 1 + len(minishards) + data_requests
+    assert len(minishards) == spec.num_minishards  # 100 ids reach every minishard
+    if max_gap:
+        assert data_requests == 1  # the whole shard's data is one coalesced request
+
+
+def chunk_range(shard: bytes, spec: ShardingSpec, chunk_id: int) -> Range:
+    index = decode_shard_index(shard[: shard_index_nbytes(spec)], spec)
+    _, minishard = spec.shard_and_minishard_of(chunk_id)
+    start, end = minishard_index_range(index, minishard)
+    ids, starts, ends = decode_minishard_index(shard[start:end], spec)
+    pos = ids.tolist().index(chunk_id)
+    return Range(int(starts[pos]), int(ends[pos]))
+
+
+async def test_concurrent_cold_reads_share_each_index_request(
+    inner: Store, spec: ShardingSpec
+) -> None:
+    store = await filled(inner, spec)
+    ids = ids_in(spec, 0, 2)[:16] * 4  # 64 reads, one minishard
+    values = await asyncio.gather(*(store.get(str(i)) for i in ids))
+    assert [bytes(v or b"") for v in values] == [ALL[i] for i in ids]
+    assert store.cache.stats.misses == 2  # one shard index, one minishard index
+    assert inner.stats.requests["get"] == 2 + 64
+
+
+async def test_batches_over_shards_and_missing_chunks(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    keys = [str(i) for i in range(0, N_CHUNKS + 50, 7)]
+    values = await store.get_partial_values([(k, None) for k in keys])
+    assert [None if v is None else bytes(v) for v in values] == [ALL.get(int(k)) for k in keys]
+    # every shard index and minishard index once, data coalesced per shard
+    assert inner.stats.requests["get"] == 4 * (1 + spec.num_minishards) + 4
+
+
+async def test_missing_shard_and_empty_minishard(inner: Store) -> None:
+    spec = make_spec(minishard_bits=2, shard_bits=1, hash="identity")
+    store = open_store(inner, spec)
+    await store.write_shards({0: b"zero", 4: b"four"})  # shard 0, minishard 0 only
+    store.cache.clear()
+    inner.stats.reset()
+    assert await store.get("8") is None  # same minishard, not stored: 2 index requests
+    assert inner.stats.requests["get"] == 2
+    assert await store.get("1") is None  # empty minishard: the shard index says so
+    assert inner.stats.requests["get"] == 2
+    assert await store.get("2") is None  # shard 1 does not exist
+    assert await store.get("6") is None  # ... and that is cached too
+    assert inner.stats.requests["get"] == 3
+    assert await store.head("4") is not None and await store.head("5") is None
+
+
+async def test_ranges_and_head(inner: Store, spec: ShardingSpec) -> None:
+    store = open_store(inner, spec)
+    await store.set("42", b"0123456789")
+    assert await store.get("42", Range(2, 5)) == b"234"
+    assert await store.get("42", Range(8, 100)) == b"89"
+    assert await store.get("42", Range(20, 30)) == b""
+    assert await store.get("42", Offset(7)) == b"789"
+    assert await store.get("42", Suffix(3)) == b"789"
+    [a, b, c] = await store.get_partial_values(
+        [("42", Range(0, 2)), ("42", Suffix(2)), ("43", None)]
+    )
+    assert (a, b, c) == (b"01", b"89", None)
+    meta = await store.head("42")
+    assert meta is not None and meta.size == 10 and meta.key == "42"
+    assert meta.version == (await inner.head(store.shard_key(42))).version  # type: ignore[union-attr]
+    assert await store.head("43") is None
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def test_chunk_keys_are_canonical_decimals() -> None:
+    assert parse_chunk_key("0") == 0
+    assert parse_chunk_key("18446744073709551615") == 2**64 - 1
+    for key in ["", "00", "007", "-1", "+1", "1.0", "0x10", "18446744073709551616", " 1", "1a"]:
+        assert parse_chunk_key(key) is None, key
+
+
+async def test_other_keys_pass_through(inner: Store, spec: ShardingSpec) -> None:
+    store = open_store(inner, spec)
+    await store.set("info", b"{}")
+    await store.set("007", b"not a chunk")
+    await store.set("18446744073709551616", b"too big")
+    await store.set("sub/dir/file", b"nested")
+    await store.set("18446744073709551615", b"largest id")
+    assert await inner.get(f"{PREFIX}/info") == b"{}"
+    assert await inner.get(f"{PREFIX}/007") == b"not a chunk"
+    assert await inner.get(f"{PREFIX}/18446744073709551616") == b"too big"
+    assert await store.get("sub/dir/file") == b"nested"
+    assert await store.get("18446744073709551615") == b"largest id"
+    result = await store.get_object("info")
+    assert result is not None and result.meta.key == "info"
+    meta = await store.head("sub/dir/file")
+    assert meta is not None and meta.key == "sub/dir/file"
+    [info, big, chunk] = await store.get_partial_values(
+        [("info", None), ("18446744073709551616", Range(0, 3)), ("18446744073709551615", None)]
+    )
+    assert (info, big, chunk) == (b"{}", b"too", b"largest id")
+    await store.erase_values(["007"])
+    assert not await inner.exists(f"{PREFIX}/007")
+
+
+async def test_open_from_info(inner: Store) -> None:
+    spec = make_spec("gzip")
+    info = {"@type": "neuroglancer_legacy_mesh", "sharding": spec.to_json()}
+    await inner.set("seg/mesh/info", json.dumps(info).encode())
+    store = await Uint64ShardedStore.open(inner, "seg/mesh", cache=IndexCache())
+    assert store.spec == spec and store.prefix == "seg/mesh"
+    await store.set_chunks({123456789: b"fragment"})
+    assert await inner.exists(store.shard_key(123456789))
+    assert await store.get_chunk(123456789) == b"fragment"
+    await inner.set("seg/info", b'{"sharding": null}')
+    with pytest.raises(InvalidMetadataError, match="unsharded"):
+        await Uint64ShardedStore.open(inner, "seg")
+    await inner.set("bad/info", b'{"sharding": {"@type": "neuroglancer_uint64_sharded_v1"}}')
+    with pytest.raises(InvalidMetadataError, match=r"bad/info: sharding\.minishard_bits"):
+        await Uint64ShardedStore.open(inner, "bad")
+    with pytest.raises(InvalidMetadataError, match="no info"):
+        await Uint64ShardedStore.open(inner, "nothing")
+
+
+# --------------------------------------------------------------------------- writes
+
+
+async def test_whole_shard_write_does_not_read(spec: ShardingSpec) -> None:
+    inner = RecordingStore()
+    store = open_store(inner, spec)
+    await store.write_shards(ALL)
+    assert inner.stats.requests["get"] == 0 and inner.stats.requests["put"] == 4
+    assert all(w[1:] == (None, False) for w in inner.writes)  # unconditional
+    assert sorted([k async for k in inner.list()]) == [f"{PREFIX}/{s}.shard" for s in range(4)]
+    # the written shard indexes are cached: a read costs minishard index + data
+    inner.stats.reset()
+    assert await store.get_chunk(7) == ALL[7]
+    assert inner.stats.requests["get"] == 2
+
+
+async def test_replacing_a_shard_drops_its_other_chunks(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    shard0 = ids_in(spec, 0)
+    await store.write_shards({shard0[0]: b"alone"})
+    assert await store.get_chunks(shard0) == {shard0[0]: b"alone"}
+    one = ids_in(spec, 1)[0]
+    assert await store.get_chunk(one) == ALL[one]  # other shards untouched
+
+
+async def test_partial_update_reads_once_and_writes_conditionally(spec: ShardingSpec) -> None:
+    inner = RecordingStore()
+    store = await filled(inner, spec)
+    inner.writes.clear()
+    shard1 = ids_in(spec, 1)
+    version = (await inner.head(f"{PREFIX}/1.shard")).version  # type: ignore[union-attr]
+    inner.stats.reset()
+    await store.set_chunks({shard1[0]: b"new value", shard1[1]: b"another"})
+    assert inner.stats.requests["get"] == 1 and inner.stats.requests["put"] == 1
+    assert inner.writes == [(f"{PREFIX}/1.shard", version, False)]
+    expected = {i: ALL[i] for i in shard1} | {shard1[0]: b"new value", shard1[1]: b"another"}
+    assert await store.get_chunks(shard1) == expected
+    # a chunk of a shard that does not exist yet: a read (missing) and an if_absent write
+    inner.writes.clear()
+    fresh = open_store(inner, spec, prefix="other")
+    await fresh.set("5", b"five")
+    assert inner.writes == [(fresh.shard_key(5), None, True)]
+
+
+async def test_store_verbs_merge(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    await store.set_values({"3": b"three", "4": b"four", "info": b"{}"})
+    await store.set("5", b"five")
+    got = await store.get_chunks(range(10))
+    assert got == {i: ALL[i] for i in range(10)} | {3: b"three", 4: b"four", 5: b"five"}
+    assert await store.get("info") == b"{}"
+    await store.set_partial_values([("3", 2, b"REE"), ("9999", 3, b"x"), ("note", 0, b"n")])
+    assert await store.get("3") == b"thREE"
+    assert await store.get("9999") == b"\x00\x00\x00x"
+    assert await store.get("note") == b"n"
+
+
+async def test_conditional_chunk_writes(inner: Store, spec: ShardingSpec) -> None:
+    store = open_store(inner, spec)
+    await store.set("77", b"one", if_absent=True)
+    with pytest.raises(ConflictError):
+        await store.set("77", b"two", if_absent=True)
+    meta = await store.head("77")
+    assert meta is not None
+    await store.set("77", b"two", if_match=meta.version)
+    with pytest.raises(ConflictError):
+        await store.set("77", b"three", if_match=meta.version)
+    assert await store.get("77") == b"two"
+    result = await store.get_object("77")
+    assert result is not None
+    with pytest.raises(ConflictError):
+        await store.get_object("77", if_match="not-the-version")
+    again = await store.get_object("77", if_match=result.meta.version)
+    assert again is not None and again.data == b"two"
+
+
+async def test_erase_and_delete_empty_shards(inner: Store, spec: ShardingSpec) -> None:
+    store = open_store(inner, spec)
+    await store.set_chunks({1: b"a", 2: b"b"})
+    same = next(i for i in range(3, 200) if store.shard_key(i) == store.shard_key(1))
+    await store.set_chunks({same: b"c"})
+    await store.erase_values(["1"])
+    assert await store.get("1") is None and await store.get(str(same)) == b"c"
+    await store.erase_chunks([same])
+    assert await store.get(str(same)) is None
+    if store.shard_key(2) != store.shard_key(1):
+        assert not await inner.exists(store.shard_key(1))  # emptied shard deleted
+    await store.erase_chunks([2, 12345])  # missing ids are fine
+    assert [k async for k in inner.list()] == []
+
+
+async def test_erase_prefix(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    await inner.set("vol/info", b"{}")
+    await store.erase_prefix("19")
+    left = await store.chunk_ids()
+    assert left == sorted(i for i in ALL if not str(i).startswith("19"))
+    await store.erase_prefix("")
+    assert await store.get("5") is None
+    assert [k async for k in inner.list()] == ["vol/info"]
+
+
+async def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    inner = LocalStore(tmp_path, durable=False)
+    spec = make_spec("gzip", shard_bits=0)  # one shard: every write contends
+    stores = [open_store(inner, spec), open_store(inner, spec)]  # two caches, one shard
+
+    async def writer(task: int) -> None:
+        store = stores[task % 2]
+        for n in range(12):
+            chunk_id = task * 1000 + n
+            if n % 3 == 0:
+                await store.set(str(chunk_id), content(chunk_id))
+            else:
+                await store.set_chunks({chunk_id: content(chunk_id)})
+
+    await asyncio.gather(*(writer(t) for t in range(6)))
+    fresh = open_store(inner, spec)
+    expected = {t * 1000 + n: content(t * 1000 + n) for t in range(6) for n in range(12)}
+    assert await fresh.get_chunks(expected) == expected
+    assert await fresh.chunk_ids() == sorted(expected)
+
+
+# --------------------------------------------------------------------------- staleness
+
+
+async def test_rewritten_shard_never_yields_wrong_bytes(inner: Store, spec: ShardingSpec) -> None:
+    reader = await filled(inner, spec)
+    writer = open_store(inner, spec)  # its own cache
+    a, b = ids_in(spec, 0, 3)[:2]
+    assert await reader.get(str(a)) == ALL[a]
+    # rewrite shard 0 with other contents and sizes, so every offset moves
+    await writer.write_shards({i: content(i, salt=5) for i in ids_in(spec, 0)})
+    inner.stats.reset()
+    assert await reader.get(str(b)) == content(b, salt=5)
+    assert inner.stats.requests["get"] == 4  # stale data read, shard index, minishard, data
+    # a minishard index not cached yet is read conditionally too
+    c = ids_in(spec, 0, 4)[0]
+    await writer.set_chunks({c: b"changed"})
+    inner.stats.reset()
+    assert await reader.get(str(c)) == b"changed"
+    assert inner.stats.requests["get"] == 4  # stale minishard read, shard index, minishard, data
+    await writer.erase_chunks([*ids_in(spec, 0), c])
+    assert not await inner.exists(f"{PREFIX}/0.shard")
+    assert await reader.get(str(b)) is None
+    assert await reader.get_chunks([a, b, c]) == {}
+
+
+async def test_caller_condition_is_not_retried_as_stale(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    with pytest.raises(ConflictError) as info:
+        await store.get_object("10", if_match="stale-version")
+    assert info.value.key == "10"
+    assert inner.stats.requests["get"] == 2  # the indexes, no data read, no retry
+
+
+# --------------------------------------------------------------------------- listing
+
+
+async def test_listing_reads_indexes(inner: Store, spec: ShardingSpec) -> None:
+    store = open_store(inner, spec)
+    ids = [0, 1, 12, 123, 2**64 - 1, 555]
+    await store.set_chunks({i: b"x" for i in ids})
+    await store.set("info", b"{}")
+    await store.set("sub/file", b"f")
+    await inner.set(f"{PREFIX}/sub/3.shard", b"not a shard of this directory")
+    keys = sorted([k async for k in store.list()])
+    assert keys == sorted([*map(str, ids), "info", "sub/file", "sub/3.shard"])
+    assert sorted([k async for k in store.list_prefix("1")]) == sorted(
+        ["1", "12", "123", str(2**64 - 1)]
+    )
+    assert sorted([k async for k in store.list_prefix("sub/")]) == ["sub/3.shard", "sub/file"]
+    assert await store.list_dir("") == (sorted([*map(str, ids), "info"]), ["sub/"])
+    assert await store.list_dir("sub") == (["sub/3.shard", "sub/file"], [])
+    assert await store.chunk_ids() == sorted(ids)
+    # indexes came through the cache: listing again reads nothing but the listing
+    inner.stats.reset()
+    assert sorted([k async for k in store.list_prefix("12")]) == ["12", "123"]
+    assert inner.stats.requests["get"] == 0
+
+
+# --------------------------------------------------------------------------- bad shards
+
+
+def u64le(*values: int) -> bytes:
+    return struct.pack(f"<{len(values)}Q", *values)
+
+
+ONE_SHARD = make_spec(minishard_bits=1, shard_bits=0, hash="identity")
+SHARD_KEY = f"{PREFIX}/0.shard"
+
+
+def shard_with(minishard_1_index: bytes, data: bytes) -> bytes:
+    """A shard (1 minishard bit, no shard bits) with ``data`` then minishard 1's index."""
+    index = encode_shard_index([[0, 0], [len(data), len(data) + len(minishard_1_index)]])
+    return index + data + minishard_1_index
+
+
+async def store_with_shard(blob: bytes, spec: ShardingSpec = ONE_SHARD) -> Uint64ShardedStore:
+    inner = MemoryStore()
+    await inner.set(SHARD_KEY, blob)
+    return open_store(inner, spec)
+
+
+BAD_SHARDS = {
+    "minishard-index-length": shard_with(u64le(1, 0, 4)[:-1], b"abcd"),
+    "chunk-past-shard-end": shard_with(u64le(1) + u64le(0) + u64le(100), b"abcd"),
+    "minishard-index-past-end": encode_shard_index([[0, 0], [0, 480]]) + b"abcd",
+    "start-after-end": encode_shard_index([[0, 0], [10, 5]]) + b"x" * 20,
+    "duplicate-ids": shard_with(u64le(1, 0) + u64le(0, 0) + u64le(2, 2), b"abcd"),
+    "truncated-shard-index": encode_shard_index([[0, 0], [0, 0]])[:20],
+    "misplaced-id": shard_with(u64le(2) + u64le(0) + u64le(4), b"abcd"),  # 2 is even
+}
+
+
+@pytest.mark.parametrize("blob", list(BAD_SHARDS.values()), ids=list(BAD_SHARDS))
+async def test_bad_shards_raise_typed_errors_naming_the_shard(blob: bytes) -> None:
+    store = await store_with_shard(blob)
+    errors = 0
+    for attempt in (store.get("1"), store.get("3"), store.chunk_ids(), store.set("5", b"v")):
+        try:
+            await attempt
+        except CorruptShardError as exc:
+            assert SHARD_KEY in str(exc) and exc.key == SHARD_KEY
+            errors += 1
+    assert errors >= 1
+    store.cache.clear()
+    with pytest.raises(CorruptShardError, match=SHARD_KEY):
+        await store.set_chunks({7: b"would drop the damaged chunks"})
+
+
+async def test_corrupt_gzip_names_the_shard() -> None:
+    spec = make_spec("gzip", minishard_bits=1, shard_bits=0, hash="identity")
+    good = bytearray(build_shard({1: b"a" * 100, 3: b"b" * 100}, spec))
+    start = chunk_range(bytes(good), spec, 3).start
+    good[start + 12 : start + 20] = b"\xff" * 8  # inside the deflate stream
+    store = await store_with_shard(bytes(good), spec)
+    assert await store.get("1") == b"a" * 100
+    with pytest.raises(CorruptShardError, match=SHARD_KEY):
+        await store.get("3")
+    # a corrupt gzip minishard index
+    index = encode_shard_index([[0, 0], [0, 30]])
+    store = await store_with_shard(index + b"\x1f\x8b" + b"\x00" * 28, spec)
+    with pytest.raises(CorruptShardError, match=SHARD_KEY):
+        await store.get("1")
+
+
+async def test_duplicate_ids_in_a_batch_are_fine(inner: Store, spec: ShardingSpec) -> None:
+    store = await filled(inner, spec)
+    values = await store.get_partial_values([("5", None), ("5", Range(0, 2)), ("5", None)])
+    assert [bytes(v or b"") for v in values] == [ALL[5], ALL[5][:2], ALL[5]]
+    assert await store.get_chunks([5, 5, 6]) == {5: ALL[5], 6: ALL[6]}
+
+
+async def test_int_api_validates_ids() -> None:
+    store = open_store(MemoryStore(), make_spec())
+    for bad in ([-1], [2**64], ["7"], [1.5]):
+        with pytest.raises(ValueError):
+            await store.get_chunks(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await store.set_chunks({-3: b"x"})
+    with pytest.raises(ValueError):
+        await store.erase_chunks([2**64])
+
+
+def mutated_shard(data: st.DataObject) -> bytes:
+    specs = [ONE_SHARD, make_spec("gzip", minishard_bits=1, shard_bits=0)]
+    spec = data.draw(st.sampled_from(specs))
+    chunks = data.draw(st.dictionaries(st.integers(0, 40), st.binary(max_size=20), max_size=8))
+    blob = bytearray(build_shard(chunks, spec))
+    for _ in range(data.draw(st.integers(1, 4))):
+        if not blob:
+            break
+        pos = data.draw(st.integers(0, len(blob) - 1))
+        blob[pos] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        blob = blob[: data.draw(st.integers(0, len(blob)))]
+    return bytes(blob)
+
+
+async def exercise(blob: bytes, spec: ShardingSpec) -> None:
+    store = await store_with_shard(blob, spec)
+    for attempt in (
+        store.get_partial_values([(str(i), None) for i in range(0, 41, 3)] + [("1", Range(1, 3))]),
+        store.chunk_ids(),
+        store.head("2"),
+        store.set_chunks({1: b"x"}),
+    ):
+        with contextlib.suppress(AsyncShardError):
+            await attempt
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300), st.sampled_from(ENCODINGS))
+def test_random_bytes_as_a_shard_raise_only_asyncshard_errors(blob: bytes, enc: str) -> None:
+    asyncio.run(exercise(blob, make_spec(enc, minishard_bits=1, shard_bits=0, hash="identity")))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_damaged_shards_raise_only_asyncshard_errors(data: st.DataObject) -> None:
+    blob = mutated_shard(data)
+    for spec in (ONE_SHARD, make_spec("gzip", minishard_bits=1, shard_bits=0)):
+        asyncio.run(exercise(blob, spec))
+
+
+# --------------------------------------------------------------------------- volumes
+
+VOLUME_SHARDING = make_spec("gzip", minishard_bits=1, shard_bits=1, preshift_bits=1)
+INFO: dict[str, Any] = {
+    "@type": "neuroglancer_multiscale_volume",
+    "type": "image",
+    "data_type": "uint8",
+    "num_channels": 1,
+    "extra": {"kept": True},
+    "scales": [
+        {
+            "key": "8_8_8",
+            "size": [10, 7, 5],
+            "voxel_offset": [-3, 0, 2],
+            "chunk_sizes": [[4, 4, 4]],
+            "resolution": [8, 8, 8],
+            "encoding": "raw",
+            "sharding": VOLUME_SHARDING.to_json(),
+        },
+        {
+            "key": "16_16_16",
+            "size": [5, 4, 3],
+            "chunk_sizes": [[4, 4, 4]],
+            "resolution": [16, 16, 16],
+            "encoding": "raw",
+        },
+    ],
+}
+
+
+async def volume_store() -> MemoryStore:
+    inner = MemoryStore()
+    await inner.set("data/vol/info", json.dumps(INFO).encode())
+    return inner
+
+
+async def test_sharded_scale_by_chunk_name() -> None:
+    inner = await volume_store()
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=IndexCache())
+    assert volume.sharded_scale_keys == ["8_8_8"]
+    scale = volume.scale("8_8_8")
+    assert scale.store.prefix == "data/vol/8_8_8"
+    with pytest.raises(InvalidMetadataError, match="not sharded"):
+        volume.scale("16_16_16")
+    with pytest.raises(KeyError):
+        volume.scale("nope")
+    grid = scale.scale.grid_shape
+    assert grid == (3, 2, 2)
+    names = [
+        scale.scale.chunk_name((x, y, z))
+        for x in range(grid[0])
+        for y in range(grid[1])
+        for z in range(grid[2])
+    ]
+    assert "-3-1_0-4_2-6" in names and "5-7_4-7_6-7" in names  # offset, clipped edges
+    chunks = {name: name.encode() * 3 for name in names}
+    await scale.set_chunks(chunks, replace_shards=True)
+    assert await scale.list_chunk_names() == sorted(names)
+    assert await scale.get_chunk("5-7_4-7_6-7") == b"5-7_4-7_6-7" * 3
+    assert await scale.get_chunks(names[:4]) == {n: chunks[n] for n in names[:4]}
+    for name in names:
+        chunk_id = scale.chunk_id(name)
+        assert scale.chunk_name(chunk_id) == name
+        assert await scale.store.get_chunk(chunk_id) == chunks[name]
+    with pytest.raises(KeyError):
+        scale.chunk_id("0-4_0-4_0-4")  # not aligned with the voxel offset
+    await scale.set_chunks({names[0]: b"changed"})  # merges
+    await scale.erase_chunks([names[1]])
+    assert await scale.get_chunk(names[0]) == b"changed"
+    assert await scale.get_chunk(names[1]) is None
+    assert await scale.get_chunk(names[2]) == chunks[names[2]]
+    again = await ShardedScale.open(inner, "8_8_8", path="data/vol", cache=IndexCache())
+    assert await again.get_chunk(names[2]) == chunks[names[2]]
+    assert scale.chunk_names([scale.chunk_id(names[3]), 2**40]) == [names[3], None]
+
+
+async def test_unsharded_info() -> None:
+    doc = unsharded_info(INFO)
+    assert "sharding" in INFO["scales"][0]  # the input is not modified
+    assert all("sharding" not in s for s in doc["scales"])
+    assert doc["extra"] == {"kept": True}
+    assert doc["scales"][0]["chunk_sizes"] == [[4, 4, 4]]
+
+
+async def test_unsharded_view() -> None:
+    inner = await volume_store()
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=IndexCache())
+    scale = volume.scale("8_8_8")
+    await scale.set_chunks({"-3-1_0-4_2-6": b"first", "5-7_4-7_6-7": b"edge"})
+    await inner.set("data/vol/16_16_16/0-4_0-4_0-3", b"unsharded chunk")
+    await inner.set("data/vol/8_8_8/provenance", b"p")
+    view = volume.unsharded_view()
+    info = json.loads(bytes(await view.get("info") or b""))
+    assert info == unsharded_info(INFO)
+    assert await view.get("8_8_8/-3-1_0-4_2-6") == b"first"
+    assert await view.get("8_8_8/5-7_4-7_6-7", Range(1, 3)) == b"dg"
+    assert await view.get("8_8_8/1-5_0-4_2-6") is None  # a chunk never written
+    assert await view.get("8_8_8/0.shard") is None  # shard files are hidden
+    assert await view.get("8_8_8/provenance") == b"p"
+    assert await view.get("16_16_16/0-4_0-4_0-3") == b"unsharded chunk"
+    meta = await view.head("8_8_8/5-7_4-7_6-7")
+    assert meta is not None and meta.size == 4 and meta.key == "8_8_8/5-7_4-7_6-7"
+    info_meta = await view.head("info")
+    assert info_meta is not None and info_meta.version
+    values = await view.get_partial_values(
+        [
+            ("8_8_8/-3-1_0-4_2-6", None),
+            ("info", Range(0, 1)),
+            ("16_16_16/0-4_0-4_0-3", Range(0, 9)),
+            ("8_8_8/5-7_4-7_6-7", None),
+        ]
+    )
+    assert values == [b"first", b"{", b"unsharded", b"edge"]
+    assert sorted([k async for k in view.list()]) == [
+        "16_16_16/0-4_0-4_0-3",
+        "8_8_8/-3-1_0-4_2-6",
+        "8_8_8/5-7_4-7_6-7",
+        "8_8_8/provenance",
+        "info",
+    ]
+    assert await view.list_dir("8_8_8") == (
+        ["8_8_8/-3-1_0-4_2-6", "8_8_8/5-7_4-7_6-7", "8_8_8/provenance"],
+        [],
+    )
+    assert await view.list_dir("") == (["info"], ["16_16_16/", "8_8_8/"])
+    with pytest.raises(ReadOnlyError):
+        await view.set("8_8_8/-3-1_0-4_2-6", b"x")
+    opened = await UnshardedScaleView.open(inner, "data/vol")
+    assert await opened.get("8_8_8/-3-1_0-4_2-6") == b"first"
+    with pytest.raises(InvalidMetadataError, match="no info"):
+        await UnshardedScaleView.open(inner, "elsewhere")
+
+
+def test_vectorised_hashing_matches_scalar() -> None:
+    spec = make_spec(preshift_bits=3)
+    ids = np.random.default_rng(1).integers(0, 2**63, size=500, dtype=np.uint64)
+    shards, minishards = spec.shard_and_minishard(ids)
+    for i, s, m in zip(ids.tolist(), shards.tolist(), minishards.tolist(), strict=True):
+        assert spec.shard_and_minishard_of(i) == (s, m)
