@@ -47,11 +47,3 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
 def test_version() -> None:
     code, out, _ = run("--version")
     assert code == 0 and __version__ in out.decode()
-
-
-def test_demo(tmp_path: Path) -> None:
-    code, out, err = run("demo", str(tmp_path / "demo"))
-    assert code == 0, err
-    text = out.decode()
-    assert "bytes match" in text and "stale conditional write refused" in text
-    assert (tmp_path / "demo" / "demo" / "c" / "3" / "3").stat().st_size == 4096

@@ -103,15 +103,14 @@ async def rm(url: str, keys: tuple[str, ...]) -> None:
         await store.erase_values(keys)
 
 
-@cli.command("demo")
-@click.argument("folder", default="asyncshard-demo")
-@run_async
-async def demo(folder: str) -> None:
-    """Write a few objects into FOLDER through a local store and read them back."""
-    from asyncshard.demo import run_demo
+def _register_commands() -> None:
+    """Attach the commands that live with their subsystems."""
+    from asyncshard.server.command import serve
 
-    for line in await run_demo(folder):
-        click.echo(line)
+    cli.add_command(serve)
+
+
+_register_commands()
 
 
 def main() -> None:

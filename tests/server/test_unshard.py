@@ -1,0 +1,205 @@
+"""--unshard: sharded datasets served as if unsharded, checked against tensorstore."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+import tensorstore as ts
+
+from asyncshard.backends import LocalStore
+from asyncshard.ranges import ByteRange
+from asyncshard.server.app import make_app
+from asyncshard.server.demo import (
+    CHUNK,
+    PRECOMPUTED_PATH,
+    SCALE_KEY,
+    ZARR_PATH,
+    demo_volume,
+)
+from asyncshard.server.unshard import UnshardedView
+from asyncshard.store import GetResult
+from tests.server.conftest import Served, ServeFactory, running
+
+VOLUME = demo_volume()
+
+
+@pytest.fixture
+async def unsharded(serve: ServeFactory, demo_folder: Path) -> AsyncIterator[Served]:
+    async with serve(store=LocalStore(demo_folder), unshard=True, cache_bytes=1 << 20) as s:
+        yield s
+
+
+async def test_zarr_metadata_is_rewritten(
+    unsharded: Served, http: aiohttp.ClientSession, demo_folder: Path
+) -> None:
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/zarr.json") as r:
+        doc = await r.json(content_type=None)
+        assert r.headers["Content-Length"] == str(len(await r.read()))
+        etag = r.headers["ETag"]
+    assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [CHUNK] * 3
+    assert [c["name"] for c in doc["codecs"]] == ["bytes", "gzip"]
+    assert doc["shape"] == list(VOLUME.shape)
+    raw = json.loads((demo_folder / ZARR_PATH / "zarr.json").read_bytes())
+    assert raw["codecs"][0]["name"] == "sharding_indexed"
+    async with serve_raw(demo_folder) as raw_url, http.get(f"{raw_url}/{ZARR_PATH}/zarr.json") as r:
+        assert r.headers["ETag"] != etag, "a cache must not confuse the two documents"
+
+
+def serve_raw(folder: Path) -> AbstractAsyncContextManager[str]:
+    """The same folder served without --unshard."""
+    return running(make_app(LocalStore(folder)))
+
+
+async def test_inner_chunks_at_their_own_keys(
+    unsharded: Served, http: aiohttp.ClientSession
+) -> None:
+    # chunk (3, 7, 7) lives in shard (1, 1, 1); there is no file at c/3/7/7
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/3/7/7") as r:
+        assert r.status == 200
+        body = await r.read()
+        assert r.headers["Content-Length"] == str(len(body))
+        assert "Content-Encoding" not in r.headers
+    block = np.frombuffer(gzip.decompress(body), np.uint8).reshape((CHUNK,) * 3)
+    assert (block == VOLUME[96:128, 224:256, 224:256]).all()
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/3/7/7", headers={"Range": "bytes=-4"}) as r:
+        assert (r.status, await r.read()) == (206, body[-4:])
+        assert r.headers["Content-Range"] == f"bytes {len(body) - 4}-{len(body) - 1}/{len(body)}"
+    async with http.head(f"{unsharded.url}/{ZARR_PATH}/c/3/7/7") as r:
+        assert r.headers["Content-Length"] == str(len(body))
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/4/0/0") as r:
+        assert r.status == 404, "outside the array"
+
+
+async def test_precomputed_scale_by_chunk_name(
+    unsharded: Served, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(f"{unsharded.url}/{PRECOMPUTED_PATH}/info") as r:
+        info = await r.json(content_type=None)
+    assert "sharding" not in info["scales"][0]
+    base = f"{unsharded.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}"
+    async with http.get(f"{base}/224-256_32-64_96-128") as r:
+        assert r.status == 200
+        block = np.frombuffer(await r.read(), np.uint8).reshape((CHUNK,) * 3)
+    assert (block == VOLUME[96:128, 32:64, 224:256]).all()  # raw chunks are x fastest
+    async with http.get(f"{base}/0.shard") as r:
+        assert r.status == 404, "shard files are hidden in the unsharded view"
+    async with http.get(f"{base}/0-31_0-32_0-32") as r:
+        assert r.status == 404
+
+
+async def test_listings_show_the_unsharded_layout(
+    unsharded: Served, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/3/7/?list=json") as r:
+        assert (await r.json())["keys"] == [str(i) for i in range(8)]
+    async with http.get(f"{unsharded.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}/?list=json") as r:
+        keys = (await r.json())["keys"]
+    assert len(keys) == 256 and "0-32_0-32_0-32" in keys and not any(".shard" in k for k in keys)
+
+
+async def test_index_cache_lives_in_the_server(
+    serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path
+) -> None:
+    inner = LocalStore(demo_folder)
+    async with serve(store=inner, unshard=True) as s:
+        async with http.get(f"{s.url}/{ZARR_PATH}/zarr.json") as r:
+            await r.read()
+        inner.stats.reset()
+        async with http.get(f"{s.url}/{ZARR_PATH}/c/0/0/0") as r:
+            await r.read()
+        cold = inner.stats.requests["get"]
+        inner.stats.reset()
+        async with http.get(f"{s.url}/{ZARR_PATH}/c/0/0/1") as r:
+            await r.read()
+        assert (cold, inner.stats.requests["get"]) == (2, 1), "index + data cold, data warm"
+
+
+async def test_tensorstore_reads_the_unsharded_view(unsharded: Served) -> None:
+    """An unsharded reader (tensorstore over HTTP) sees the whole volume, both formats."""
+    zarr = await ts.open({"driver": "zarr3", "kvstore": f"{unsharded.url}/{ZARR_PATH}/"}, read=True)
+    assert zarr.chunk_layout.read_chunk.shape == (CHUNK,) * 3, "seen unsharded"
+    assert (await zarr.read() == VOLUME).all()
+    pre = await ts.open(
+        {"driver": "neuroglancer_precomputed", "kvstore": f"{unsharded.url}/{PRECOMPUTED_PATH}/"},
+        read=True,
+    )
+    assert (np.asarray(await pre.read())[..., 0].transpose(2, 1, 0) == VOLUME).all()
+
+
+async def test_plain_keys_pass_through(serve: ServeFactory, http: aiohttp.ClientSession) -> None:
+    async with serve(unshard=True) as s:
+        async with http.get(f"{s.url}/obj", headers={"Range": "bytes=0-3"}) as r:
+            assert (r.status, await r.read()) == (206, bytes(range(4)))
+        async with http.get(f"{s.url}/meta.json") as r:
+            assert await r.read() == b'{"zarr_format": 3}'
+        async with http.put(f"{s.url}/obj", data=b"x") as r:
+            assert r.status == 405
+
+
+async def test_unsharded_arrays_and_odd_metadata_pass_through(tmp_path: Path) -> None:
+    flat = {
+        "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}],
+    }  # fmt: skip
+    files = {
+        "flat/zarr.json": json.dumps(flat).encode(),
+        "flat/c/0": b"\x01\x02",
+        "bad/zarr.json": b"{not json",
+        "bad/c/0": b"raw",
+        "notvol/info": b'{"scales": "nope"}',
+        "notvol/s/0-1_0-1_0-1": b"raw",
+    }
+    for key, value in files.items():
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_bytes(value)
+    async with UnshardedView(LocalStore(tmp_path)) as view:
+        for key, value in files.items():
+            assert await view.get(key) == value, key
+        meta = await view.head("flat/c/0")
+        assert meta is not None and not (meta.version or "").startswith("unshard:")
+
+
+class KeyLog(LocalStore):
+    """A LocalStore that remembers which keys were read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.keys: list[str] = []
+
+    async def get_object(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> GetResult | None:
+        self.keys.append(key)
+        return await super().get_object(key, byte_range, if_match=if_match)
+
+
+async def test_metadata_lookups_stop_at_a_dataset(tmp_path: Path, demo_folder: Path) -> None:
+    flat = {"zarr_format": 3, "node_type": "array", "shape": [4, 4]}
+    (tmp_path / "g" / "flat" / "c" / "0").mkdir(parents=True)
+    (tmp_path / "g" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group"}')
+    (tmp_path / "g" / "flat" / "zarr.json").write_text(json.dumps(flat))
+    (tmp_path / "g" / "flat" / "c" / "0" / "1").write_bytes(b"x")
+    store = KeyLog(tmp_path)
+    async with UnshardedView(store) as view:
+        assert await view.get("g/flat/c/0/1") == b"x"
+        assert await view.get("g/flat/c/0/1") == b"x"
+    looked_up = {k.rsplit("/", 1)[0] if "/" in k else "" for k in store.keys if k != "g/flat/c/0/1"}
+    assert looked_up == {"", "g", "g/flat"}, "cached, and nothing below the array"
+    assert store.keys.count("g/flat/zarr.json") == 1
+
+    sharded = KeyLog(demo_folder)
+    async with UnshardedView(sharded) as view:
+        for i in range(4):
+            assert await view.get(f"{ZARR_PATH}/c/0/0/{i}") is not None
+    assert not any(
+        k.startswith(f"{ZARR_PATH}/c/") and k.endswith(("zarr.json", "info")) for k in sharded.keys
+    )
