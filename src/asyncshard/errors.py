@@ -61,3 +61,7 @@ class CorruptShardError(FormatError):
 
 class ChecksumError(CorruptShardError):
     """A checksum stored with the data does not match it."""
+
+
+class StoreBackendError(AsyncShardError):
+    """The backend failed in a way asyncshard does not classify further (see the message)."""

@@ -13,8 +13,27 @@ import pytest
 
 from asyncshard.backends import LocalStore, MemoryStore
 from tests.conformance.harness import Harness
+from tests.servers.fixtures import (  # noqa: F401 - fixtures for the cloud backends
+    gcs_fake,
+    gcs_store,
+    http_server,
+    http_store,
+    rclone_fixed,
+    rclone_server,
+    rclone_store,
+    s3_server,
+    s3_store,
+    webdav_server,
+    webdav_store,
+)
 
 STORE_FIXTURES = ["memory_store", "local_store"]
+# Cloud backends on real local servers (moto or MinIO, rclone, the GCS fake, HTTP, and
+# HTTP with WebDAV listing on rclone serve webdav).
+STORE_FIXTURES += ["s3_store", "rclone_store", "gcs_store", "http_store", "webdav_store"]
+from tests.conformance.server_fixtures import asyncshard_server, served_store  # noqa: E402, F401
+
+STORE_FIXTURES += ["served_store"]
 
 
 @pytest.fixture

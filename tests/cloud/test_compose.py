@@ -1,0 +1,66 @@
+"""compose.yaml and docker/Dockerfile: structure, and agreement with the test suite's
+defaults (no Docker engine runs here, so this is what can be checked)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml  # type: ignore[import-untyped]
+
+from tests.servers.s3 import ENDPOINT_VAR, TEST_BUCKET
+
+ROOT = Path(__file__).resolve().parents[2]
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+
+
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_structure() -> None:
+    data = compose()
+    assert set(data) <= {"name", "services", "volumes", "networks"} | {
+        k for k in data if k.startswith("x-")
+    }
+    services = data["services"]
+    assert set(services) == {"minio", "create-buckets", "asyncshard"}
+    for name, service in services.items():
+        assert re.fullmatch(r"[a-zA-Z0-9._-]+", name)
+        assert "image" in service or "build" in service, name
+        for dep, spec in (service.get("depends_on") or {}).items():
+            assert dep in services and spec["condition"] in CONDITIONS
+        for volume in service.get("volumes", []):
+            named = volume.split(":")[0]
+            assert named.startswith((".", "/")) or named in data["volumes"]
+    assert services["minio"]["healthcheck"]["test"][0] == "CMD"
+    assert services["create-buckets"]["depends_on"]["minio"]["condition"] == "service_healthy"
+    assert services["create-buckets"]["restart"] == "no"  # one-shot
+
+
+def test_compose_matches_the_test_suite_defaults() -> None:
+    services = compose()["services"]
+    script = " ".join(services["create-buckets"]["command"])
+    assert f"local/{TEST_BUCKET}" in script  # the bucket ASYNCSHARD_TEST_S3_* defaults to
+    assert "minioadmin" in compose()["x-minio-credentials"]["MINIO_ROOT_USER"]
+    assert "127.0.0.1:9000:9000" in services["minio"]["ports"]
+    assert ENDPOINT_VAR in (ROOT / "compose.yaml").read_text()
+
+
+def test_asyncshard_service_builds_the_dockerfile() -> None:
+    service = compose()["services"]["asyncshard"]
+    assert service["build"] == {"context": ".", "dockerfile": "docker/Dockerfile"}
+    assert service["depends_on"]["create-buckets"]["condition"] == "service_completed_successfully"
+    command = service["command"]
+    assert command[0] == "asyncshard" and "s3://asyncshard" in command  # the MinIO bucket
+    assert service["environment"]["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim$", dockerfile, re.M)
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
+    assert "pip install ." in dockerfile

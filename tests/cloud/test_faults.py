@@ -1,0 +1,143 @@
+"""Fault injection: a seeded proxy in front of the S3 server answers 500/503, resets
+connections and cuts bodies short. Reads return the right bytes or a typed error, never
+wrong bytes; with the default retries every read succeeds at a 10 % fault rate."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+
+import pytest
+
+from asyncshard.backends import open_store
+from asyncshard.backends.cloud import CloudStore
+from asyncshard.errors import AsyncShardError, StoreConnectionError
+from asyncshard.ranges import Range
+from asyncshard.store import Store
+from tests.servers._threaded import free_port
+from tests.servers.fixtures import s3_store_on, unique_prefix
+from tests.servers.proxy import FAULT_KINDS, FaultProxy
+from tests.servers.s3 import S3Server
+
+N_OBJECTS, RANGES_PER_OBJECT, OBJECT_SIZE = 40, 25, 64 * 1024
+SEED = 20240601
+
+
+def blob(i: int) -> bytes:
+    return bytes((i * 31 + j * 7) % 256 for j in range(OBJECT_SIZE))
+
+
+READS = [
+    (f"obj/{i}", Range(r * 2000 + i, r * 2000 + i + 1500))
+    for i in range(N_OBJECTS)
+    for r in range(RANGES_PER_OBJECT)
+]  # 1,000 distinct (key, range) reads
+
+
+@pytest.fixture
+def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    p = FaultProxy(s3_server.endpoint, seed=SEED).start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+async def seeded(s3_server: S3Server) -> AsyncIterator[str]:
+    """A prefix holding the objects, written directly (not through the proxy)."""
+    prefix = unique_prefix()
+    async with s3_store_on(s3_server, prefix) as store:
+        await asyncio.gather(*(store.set(f"obj/{i}", blob(i)) for i in range(N_OBJECTS)))
+    yield prefix
+
+
+async def read_all(store: Store, n: int = len(READS)) -> list[bytes | BaseException]:
+    results = await asyncio.gather(
+        *(store.get(key, rng) for key, rng in READS[:n]), return_exceptions=True
+    )
+    return [r if isinstance(r, BaseException) else bytes(r or b"?") for r in results]
+
+
+def check_never_wrong(results: list[bytes | BaseException]) -> Counter[str]:
+    outcome: Counter[str] = Counter()
+    expected = {i: blob(i) for i in range(N_OBJECTS)}
+    for (key, rng), got in zip(READS, results, strict=True):
+        if isinstance(got, BaseException):
+            assert isinstance(got, AsyncShardError), f"untyped error: {got!r}"
+            outcome[type(got).__name__] += 1
+        else:
+            assert got == expected[int(key.split("/")[1])][rng.start : rng.end], key
+            outcome["ok"] += 1
+    return outcome
+
+
+async def test_without_retries_faults_surface_as_typed_errors(
+    s3_server: S3Server, proxy: FaultProxy, seeded: str
+) -> None:
+    proxy.fault_rate = 0.3
+    store = s3_store_on(s3_server, seeded, endpoint=proxy.url, max_retries=0)
+    outcome = check_never_wrong(await read_all(store))
+    faults = sum(proxy.faults.values())
+    assert set(proxy.faults) == set(FAULT_KINDS)  # every kind of fault happened
+    assert set(outcome) == {"ok", "StoreConnectionError"}
+    assert outcome["StoreConnectionError"] == faults  # one attempt per read: fault = error
+    assert 200 < faults < 400
+    assert len(proxy.log) == len(READS)
+
+
+async def test_with_default_retries_every_read_succeeds_at_10_percent(
+    s3_server: S3Server, proxy: FaultProxy, seeded: str
+) -> None:
+    proxy.fault_rate = 0.1
+    store = s3_store_on(s3_server, seeded, endpoint=proxy.url)
+    start = time.monotonic()
+    outcome = check_never_wrong(await read_all(store))
+    assert outcome == {"ok": len(READS)}
+    assert sum(proxy.faults.values()) > 50 and set(proxy.faults) == set(FAULT_KINDS)
+    assert store.stats.requests["get"] == len(READS)  # retries are obstore's, not counted
+    assert len(proxy.log) == len(READS) + sum(proxy.faults.values())
+    assert time.monotonic() - start < 30
+
+
+async def test_fault_pattern_is_reproducible(
+    s3_server: S3Server, proxy: FaultProxy, seeded: str
+) -> None:
+    proxy.fault_rate = 0.3
+    store = s3_store_on(s3_server, seeded, endpoint=proxy.url, max_retries=0)
+    first = [isinstance(r, BaseException) for r in await read_all(store, 200)]
+    proxy.reset()
+    second = [isinstance(r, BaseException) for r in await read_all(store, 200)]
+    assert first == second and any(first)
+
+
+async def test_persistent_503_gives_up_with_a_connection_error(
+    s3_server: S3Server, proxy: FaultProxy, seeded: str
+) -> None:
+    proxy.fault_rate, proxy.kinds = 1.0, ("503",)
+    store = s3_store_on(
+        s3_server,
+        seeded,
+        endpoint=proxy.url,
+        max_retries=2,
+        retry_config={"backoff": {"init_backoff": timedelta(milliseconds=5)}},
+    )
+    with pytest.raises(StoreConnectionError, match="503"):
+        await store.get("obj/0", Range(0, 10))
+    assert len(proxy.log) == 3  # the first attempt and two retries
+
+
+async def test_nothing_listening_is_a_quick_connection_error() -> None:
+    store = open_store(
+        "s3://bucket/p",
+        endpoint=f"http://127.0.0.1:{free_port()}",
+        access_key_id="a",
+        secret_access_key="b",
+        max_retries=1,
+    )
+    assert isinstance(store, CloudStore)
+    start = time.monotonic()
+    with pytest.raises(StoreConnectionError, match="error sending request"):
+        await store.get("k")
+    assert time.monotonic() - start < 5

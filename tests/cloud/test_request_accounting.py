@@ -1,0 +1,86 @@
+"""Request budgets against real servers, checked on the client (stats) and server (logs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from asyncshard.ranges import Range, coalesce
+from tests.cloud.conftest import Backend, range_span
+
+BLOB = bytes(i * 7 % 251 for i in range(1024 * 1024))
+
+
+def gets(backend: Backend) -> list[str | None]:
+    """The Range headers of the GETs the server saw."""
+    return [rng for method, rng in backend.server_log() if method == "GET"]
+
+
+async def test_four_close_ranges_cost_one_request(backend: Backend) -> None:
+    store = backend.store
+    await backend.seed({"shard": BLOB})
+    backend.reset_log()
+    store.stats.reset()
+    ranges = [Range(1000, 1100), Range(1200, 1300), Range(2000, 2100), Range(5000, 5100)]
+    values = await store.get_partial_values([("shard", r) for r in ranges])
+    assert [bytes(v or b"") for v in values] == [BLOB[r.start : r.end] for r in ranges]
+    assert store.stats.requests["get"] == 1 and store.stats.total_requests == 1
+    assert store.stats.bytes_fetched == 4100
+    assert [range_span(h) for h in gets(backend)] == [(1000, 5100)]
+
+
+async def test_far_ranges_cost_one_request_each(backend: Backend) -> None:
+    store = backend.store
+    await backend.seed({"shard": BLOB})
+    backend.reset_log()
+    store.stats.reset()
+    step = store.max_gap + 1000
+    ranges = [Range(s, s + 64) for s in (0, step, 2 * step)]
+    values = await store.get_partial_values([("shard", r) for r in ranges])
+    assert [bytes(v or b"") for v in values] == [BLOB[r.start : r.end] for r in ranges]
+    assert store.stats.requests["get"] == 3 and store.stats.total_requests == 3
+    assert sorted(range_span(h) for h in gets(backend)) == [(r.start, r.end) for r in ranges]
+
+
+@pytest.mark.parametrize("max_request", [1000, 4096, 20_000])
+async def test_coalesced_requests_never_exceed_max_request(
+    backend: Backend, max_request: int
+) -> None:
+    store = backend.store
+    store.max_gap, store.max_request = 1 << 20, max_request  # gaps never split; size does
+    await backend.seed({"shard": BLOB})
+    backend.reset_log()
+    store.stats.reset()
+    # 60 ranges of 300 bytes with 50-byte gaps: 21,000 contiguous-ish bytes to cover
+    ranges = [Range(10_000 + i * 350, 10_000 + i * 350 + 300) for i in range(60)]
+    values = await store.get_partial_values([("shard", r) for r in ranges[::-1]])
+    assert [bytes(v or b"") for v in values] == [BLOB[r.start : r.end] for r in ranges[::-1]]
+    planned = coalesce(ranges, max_gap=store.max_gap, max_request=max_request)
+    assert store.stats.requests["get"] == len(planned) > (1 if max_request < 21_000 else 0)
+    spans = sorted(range_span(h) for h in gets(backend))
+    assert spans == [(p.start, p.end) for p in planned]
+    assert all(end - start <= max_request for start, end in spans)  # on the server's side
+    assert store.stats.bytes_fetched == sum(end - start for start, end in spans)
+
+
+async def test_a_single_range_larger_than_max_request_is_sent_whole(backend: Backend) -> None:
+    store = backend.store
+    store.max_request = 1000
+    await backend.seed({"shard": BLOB})
+    backend.reset_log()
+    store.stats.reset()
+    value = await store.get("shard", Range(100, 5100))
+    assert bytes(value or b"") == BLOB[100:5100]
+    assert [range_span(h) for h in gets(backend)] == [(100, 5100)]  # not split, by design
+
+
+async def test_whole_object_and_warm_head_costs(backend: Backend) -> None:
+    store = backend.store
+    await backend.seed({"shard": BLOB})
+    backend.reset_log()
+    store.stats.reset()
+    meta = await store.head("shard")
+    whole = await store.get("shard")
+    assert meta is not None and meta.size == len(BLOB) and bytes(whole or b"") == BLOB
+    assert isinstance(whole, memoryview)  # zero-copy view of obstore's buffer
+    assert dict(store.stats.requests) == {"head": 1, "get": 1}
+    assert [m for m, _ in backend.server_log()] == ["HEAD", "GET"]
