@@ -7,10 +7,14 @@ whatever event loop pytest-asyncio gives each test.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import IO, Any
 
 from aiohttp import web
 
@@ -111,3 +115,21 @@ class ThreadedApp:
         if self._stop is not None and self._thread.is_alive():
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
+
+
+def process_stopper(
+    proc: subprocess.Popen[bytes], log: IO[Any], folder: Path
+) -> Callable[[], None]:
+    """A function that ends a server process, closes its log and removes its folder."""
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return stop

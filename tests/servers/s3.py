@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.servers._threaded import free_port, wait_for_port
+from tests.servers._threaded import free_port, process_stopper, wait_for_port
 
 ENDPOINT_VAR = "ASYNCSHARD_TEST_S3_ENDPOINT"
 TEST_BUCKET = "asyncshard-test"
@@ -177,15 +177,7 @@ def start_rclone(access_key: str = "rclone-access", secret_key: str = "rclone-se
     else:
         raise RuntimeError(f"rclone serve s3 did not start; see {log.name}")
 
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        shutil.rmtree(base, ignore_errors=True)
+    stop = process_stopper(proc, log, base)
 
     server = S3Server(
         name="rclone",

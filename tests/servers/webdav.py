@@ -7,14 +7,13 @@ WebDAV server over a temporary folder (read-only use: objects are written as fil
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.servers._threaded import free_port, wait_for_port
+from tests.servers._threaded import free_port, process_stopper, wait_for_port
 from tests.servers.s3 import rclone_binary
 
 
@@ -57,15 +56,7 @@ def start_webdav() -> WebDAVServer:
         stderr=subprocess.STDOUT,
     )
 
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        shutil.rmtree(base, ignore_errors=True)
+    stop = process_stopper(proc, log, base)
 
     try:
         wait_for_port(port, proc_alive=lambda: proc.poll() is None)
