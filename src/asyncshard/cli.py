@@ -105,9 +105,11 @@ async def rm(url: str, keys: tuple[str, ...]) -> None:
 
 def _register_commands() -> None:
     """Attach the commands that live with their subsystems."""
+    from asyncshard.convert.command import reshard, shard, unshard
     from asyncshard.server.command import serve
 
-    cli.add_command(serve)
+    for command in (serve, shard, unshard, reshard):
+        cli.add_command(command)
 
 
 _register_commands()

@@ -65,3 +65,7 @@ class ChecksumError(CorruptShardError):
 
 class StoreBackendError(AsyncShardError):
     """The backend failed in a way asyncshard does not classify further (see the message)."""
+
+
+class ConversionError(AsyncShardError):
+    """A conversion cannot proceed safely (unexpected objects, metadata changed meanwhile)."""

@@ -1,0 +1,318 @@
+"""The ``asyncshard shard|unshard|reshard`` commands (click), with a tqdm progress bar.
+
+``cli.py`` registers them: ``cli.add_command(shard)`` and so on. Each converts every
+Zarr v3 array of the store at URL (or the ``--array`` paths), or the scales of a
+Neuroglancer precomputed volume when the store holds an ``info`` file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from asyncshard.convert.layout import Separator
+from asyncshard.convert.plan import Request
+from asyncshard.convert.precomputed import (
+    shard_precomputed_async,
+    unshard_precomputed_async,
+)
+from asyncshard.convert.report import (
+    ConversionSummary,
+    PassDone,
+    PassStarted,
+    ProgressEvent,
+    TaskDone,
+)
+from asyncshard.convert.session import opened, read_json, run_sync
+from asyncshard.convert.zarr import convert_store
+from asyncshard.errors import AsyncShardError
+
+__all__ = ["reshard", "shard", "unshard"]
+
+
+class Progress:
+    """A tqdm bar per pass: shards (tasks) done, bytes written and the write rate."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: tqdm[Any] | None = None
+        self.bytes = 0
+        self.started = 0.0
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if self.quiet:
+            return
+        if isinstance(event, PassStarted):
+            self.close()
+            step = f" pass {event.index}/{event.passes}" if event.passes > 1 else ""
+            tqdm.write(f"{event.array or '/'}{step}: {event.description}", file=sys.stderr)
+            self.bar = tqdm(
+                total=event.tasks,
+                desc=f"{event.array or '/'}{step}",
+                unit="shard",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+            self.bytes, self.started = 0, time.perf_counter()
+        elif isinstance(event, TaskDone) and self.bar is not None:
+            self.bytes += event.result.bytes_written
+            rate = self.bytes / max(time.perf_counter() - self.started, 1e-9)
+            size = tqdm.format_sizeof(self.bytes, "B", 1024)
+            speed = tqdm.format_sizeof(rate, "B/s", 1024)
+            self.bar.set_postfix_str(f"{size}, {speed}", refresh=False)
+            self.bar.update(1)
+        elif isinstance(event, PassDone):
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _shape(value: str | None) -> int | tuple[int, ...] | None:
+    if value is None or value.lower() == "none":
+        return None
+    try:
+        parts = [int(p) for p in value.replace("x", ",").split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected N or N,N,... (chunks per shard)") from None
+    if any(p < 1 for p in parts):
+        raise click.BadParameter(f"{value!r}: chunks per shard must be positive")
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+@contextmanager
+def _dask(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """A ``distributed.Client`` if asked for (an address, or a local cluster)."""
+    if scheduler is None and workers is None:
+        yield None
+        return
+    try:
+        import distributed
+    except ImportError:
+        raise click.ClickException(
+            "Dask is not installed: pip install 'asyncshard[dask]'"
+        ) from None
+    client_type: Any = distributed.Client
+    if scheduler is not None:
+        with client_type(scheduler) as client:
+            yield client
+        return
+    cluster_type: Any = distributed.LocalCluster
+    with (
+        cluster_type(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster,
+        client_type(cluster) as client,
+    ):
+        yield client
+
+
+async def _is_precomputed(url: str) -> bool:
+    async with opened(url, None) as store:
+        got = await read_json(store, "info")
+    return got is not None and isinstance(got[0], dict) and "scales" in got[0]
+
+
+def _run(
+    url: str,
+    fmt: str,
+    zarr_request: Request | None,
+    shard_precomputed: bool,
+    options: dict[str, Any],
+) -> None:
+    quiet, as_json = options.pop("quiet"), options.pop("as_json")
+    scheduler, workers = options.pop("dask_scheduler"), options.pop("dask_workers")
+    if scheduler is not None and workers is not None:
+        raise click.UsageError("give --dask-scheduler or --dask-workers, not both")
+    progress = Progress(quiet)
+    try:
+        precomputed = fmt == "precomputed" or (fmt == "auto" and run_sync(_is_precomputed(url)))
+        with _dask(scheduler, workers) as client:
+            common = {
+                "max_in_flight": options["max_in_flight"],
+                "client": client,
+                "progress": progress,
+            }
+            coro: Coroutine[Any, Any, ConversionSummary]
+            if precomputed:
+                if zarr_request is not None and zarr_request.shard_shape is not None:
+                    raise click.UsageError("precomputed volumes take --sharding, not SHAPE")
+                scales = options["arrays"] or None
+                if shard_precomputed:
+                    coro = shard_precomputed_async(url, options["sharding"], scales, **common)
+                else:
+                    coro = unshard_precomputed_async(url, scales, **common)
+            else:
+                if zarr_request is None:
+                    raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
+                coro = convert_store(
+                    url,
+                    zarr_request,
+                    options["arrays"] or None,
+                    manifest=options["manifest"],
+                    rebuild_manifest=options["rebuild_manifest"],
+                    **common,
+                )
+            summary = run_sync(coro)
+    except (AsyncShardError, OSError, ValueError) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        progress.close()
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=1))
+    elif not quiet:
+        click.echo(str(summary))
+
+
+def _options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options every conversion command takes."""
+    decorators = [
+        click.option(
+            "-a",
+            "--array",
+            "arrays",
+            multiple=True,
+            metavar="PATH",
+            help="Convert only this array (precomputed: this scale key). Repeatable.",
+        ),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["auto", "zarr", "precomputed"]),
+            default="auto",
+            show_default=True,
+            help="Store format; auto: precomputed if there is an info file.",
+        ),
+        click.option(
+            "-j",
+            "--in-flight",
+            "max_in_flight",
+            type=click.IntRange(min=1),
+            default=8,
+            show_default=True,
+            help="Shards in memory at once (per Dask worker thread with Dask).",
+        ),
+        click.option(
+            "--dask-scheduler",
+            metavar="ADDRESS",
+            help="Run the shard tasks on this dask.distributed scheduler.",
+        ),
+        click.option(
+            "--dask-workers",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Run the shard tasks on a local Dask cluster of N processes.",
+        ),
+        click.option(
+            "--no-manifest",
+            "manifest",
+            flag_value=False,
+            default=True,
+            help="Do not add the nonempty_chunks attribute (kept if present).",
+        ),
+        click.option(
+            "--rebuild-manifest",
+            is_flag=True,
+            help="Rebuild nonempty_chunks from the data on skipped arrays.",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary."),
+        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+_SEPARATOR = click.option(
+    "--separator",
+    type=click.Choice(["/", "."]),
+    help="Key separator of the result (default: flips between flat and sharded, "
+    "kept when resharding).",
+)
+_INDEX = click.option(
+    "--index-location",
+    type=click.Choice(["start", "end"]),
+    help="Where shard indexes go (default: end, or as they are).",
+)
+
+
+def _json(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from None
+
+
+_SHARDING = click.option(
+    "--sharding",
+    metavar="JSON",
+    callback=_json,
+    help="Precomputed sharding spec (JSON); default: chosen from each scale's size.",
+)
+
+
+@click.command("shard")
+@click.argument("url")
+@click.argument("shape", required=False)
+@_SEPARATOR
+@_INDEX
+@_SHARDING
+@_options
+def shard(
+    url: str,
+    shape: str | None,
+    separator: Separator | None,
+    index_location: Any,
+    **options: Any,
+) -> None:
+    """Shard the arrays at URL: SHAPE chunks per shard (8, or 4,4,16 per axis).
+
+    Chunk bytes are moved, not re-encoded; arrays already in that layout are skipped;
+    an interrupted run leaves readable arrays and is completed by running it again.
+    """
+    request = None if shape is None else Request(_shape(shape), separator, index_location)
+    _run(url, options.pop("fmt"), request, True, options)
+
+
+@click.command("unshard")
+@click.argument("url")
+@click.option(
+    "--separator",
+    type=click.Choice(["/", "."]),
+    help="Key separator of the result (default: the other one).",
+)
+@_options
+def unshard(url: str, separator: Separator | None, **options: Any) -> None:
+    """Turn the sharded arrays at URL back into one object per chunk."""
+    options["sharding"] = None
+    _run(url, options.pop("fmt"), Request(None, separator), False, options)
+
+
+@click.command("reshard")
+@click.argument("url")
+@click.argument("shape")
+@_SEPARATOR
+@_INDEX
+@_options
+def reshard(
+    url: str, shape: str, separator: Separator | None, index_location: Any, **options: Any
+) -> None:
+    """Change the shard shape of the arrays at URL (SHAPE "none" unshards)."""
+    target = _shape(shape)
+    options["sharding"] = None
+    request = Request(target, separator, None if target is None else index_location)
+    _run(url, options.pop("fmt"), request, target is not None, options)
+
+
+def commands() -> Sequence[click.Command]:
+    """The conversion commands, for ``cli.add_command``."""
+    return [shard, unshard, reshard]

@@ -1,0 +1,263 @@
+"""Array layouts for conversion: flat or sharded, and the key encoding of their objects.
+
+Pure: ``zarr.json`` documents in, :class:`ArrayLayout` and new documents out.
+
+A layout names *objects*: flat chunks (the chunk grid) or shards (the shard grid). Both
+use the array's chunk key encoding, so a flat chunk and a shard at the same grid
+coordinates have the same key. :meth:`Encoding.partner` gives, for every encoding and
+number of dimensions, an encoding whose keys never equal the original's; conversions
+write the new layout under such a disjoint encoding (see :mod:`asyncshard.convert.zarr`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from asyncshard.ranges import ByteRange, Range, Suffix
+from asyncshard.zarr.format import IndexLayout, index_byte_range
+from asyncshard.zarr.metadata import (
+    ChunkKeyEncoding,
+    Coords,
+    ShardingLayout,
+    is_sharded,
+    parse_zarr3_array,
+    sharded_metadata,
+    unsharded_metadata,
+)
+
+__all__ = [
+    "MANIFEST_ATTRIBUTE",
+    "ArrayLayout",
+    "Encoding",
+    "layout_doc",
+    "read_layout",
+    "retarget",
+    "same_layout",
+]
+
+Kind = Literal["default", "v2"]
+Separator = Literal["/", "."]
+IndexLocation = Literal["start", "end"]
+
+#: The attribute holding the sorted list of stored chunk keys (spec 002).
+MANIFEST_ATTRIBUTE = "nonempty_chunks"
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """A chunk key encoding without prefix: ``default`` (``c/1/2``) or ``v2`` (``1.2``)."""
+
+    kind: Kind = "default"
+    separator: Separator = "/"
+
+    def keys(self, prefix: str = "") -> ChunkKeyEncoding:
+        """The key encoder of this encoding below ``prefix``."""
+        return ChunkKeyEncoding(self.kind, self.separator, prefix)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``chunk_key_encoding`` member of a ``zarr.json``."""
+        return {"name": self.kind, "configuration": {"separator": self.separator}}
+
+    def disjoint(self, other: Encoding, ndim: int) -> bool:
+        """Whether no key of this encoding equals a key of ``other`` for ``ndim`` dims.
+
+        Default keys start with ``c``, v2 keys with a digit: two kinds never meet. Within
+        a kind the separator tells keys apart only when it appears in them: from one
+        dimension on for ``default`` (``c/0`` vs ``c.0``), from two on for ``v2``.
+        """
+        if self.kind != other.kind:
+            return True
+        if self.separator == other.separator:
+            return False
+        return ndim >= (1 if self.kind == "default" else 2)
+
+    def partner(self, ndim: int) -> Encoding:
+        """The encoding a conversion writes to: the other separator when that gives
+        disjoint keys, else the other kind (0-d arrays; 1-d arrays with ``v2`` keys)."""
+        flipped = Encoding(self.kind, "." if self.separator == "/" else "/")
+        if self.disjoint(flipped, ndim):
+            return flipped
+        return Encoding("v2" if self.kind == "default" else "default", self.separator)
+
+    def __str__(self) -> str:
+        example = self.keys().encode((0, 1))
+        return f"{self.kind} {self.separator!r} ({example})"
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """Where an array's objects are: flat chunks or shards, and their keys.
+
+    ``chunk_shape`` is the flat chunk shape or the inner chunk shape of a sharded array;
+    ``chunks_per_shard`` is ``None`` for a flat array.
+    """
+
+    prefix: str
+    shape: Coords
+    chunk_shape: Coords
+    chunks_per_shard: Coords | None
+    encoding: Encoding
+    index: IndexLayout | None
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether objects are shards."""
+        return self.chunks_per_shard is not None
+
+    @property
+    def cps(self) -> Coords:
+        """Chunks per object along each dimension (all ones for a flat array)."""
+        return self.chunks_per_shard or (1,) * self.ndim
+
+    @property
+    def chunk_grid(self) -> Coords:
+        """Number of (inner) chunks along each dimension."""
+        return tuple(-(-s // c) for s, c in zip(self.shape, self.chunk_shape, strict=True))
+
+    @property
+    def object_grid(self) -> Coords:
+        """Number of objects (chunks or shards) along each dimension."""
+        return tuple(-(-g // n) for g, n in zip(self.chunk_grid, self.cps, strict=True))
+
+    @property
+    def keys(self) -> ChunkKeyEncoding:
+        """The key encoder of objects (full keys, with the array prefix)."""
+        return self.encoding.keys(self.prefix)
+
+    def object_key(self, coords: Sequence[int]) -> str:
+        """Full key of the object at ``coords`` of the object grid."""
+        return self.keys.encode(coords)
+
+    def parse_object_key(self, key: str) -> Coords | None:
+        """Object coords named by a full key (syntax only, bounds not checked)."""
+        return self.keys.decode(key, self.ndim)
+
+    def object_in_bounds(self, coords: Sequence[int]) -> bool:
+        """Whether the object at ``coords`` overlaps the array."""
+        return all(0 <= c < g for c, g in zip(coords, self.object_grid, strict=True))
+
+    def chunk_in_bounds(self, coords: Sequence[int]) -> bool:
+        """Whether the (inner) chunk at ``coords`` overlaps the array."""
+        return all(0 <= c < g for c, g in zip(coords, self.chunk_grid, strict=True))
+
+    def manifest_key(self, chunk: Sequence[int]) -> str:
+        """The chunk key of ``chunk`` as listed in the manifest (relative to the array)."""
+        return self.encoding.keys().encode(chunk)
+
+    def object_of(self, chunk: Sequence[int]) -> Coords:
+        """Object coords holding the (inner) chunk at ``chunk``."""
+        return tuple(c // n for c, n in zip(chunk, self.cps, strict=True))
+
+    def position(self, chunk: Sequence[int]) -> Coords:
+        """Position of an inner chunk within its shard."""
+        return tuple(c % n for c, n in zip(chunk, self.cps, strict=True))
+
+    def chunk_range(self, obj: Sequence[int]) -> tuple[Coords, Coords]:
+        """``[lo, hi)`` of the chunk grid covered by an object, clipped to the array."""
+        lo = tuple(o * n for o, n in zip(obj, self.cps, strict=True))
+        hi = tuple(min(a + n, g) for a, n, g in zip(lo, self.cps, self.chunk_grid, strict=True))
+        return lo, hi
+
+    @property
+    def chunks_per_object(self) -> int:
+        """Chunks per object (1 for a flat array)."""
+        return math.prod(self.cps)
+
+    def index_request(self) -> ByteRange:
+        """The byte range to read to get a shard's index (a suffix when it is at the end)."""
+        if self.index is None:
+            raise ValueError("a flat layout has no shard index")
+        rng = index_byte_range(self.index)
+        if rng.start is None:
+            return Suffix(rng.length)
+        return Range(rng.start, rng.start + rng.length)
+
+    def sharding(self) -> ShardingLayout:
+        """The :class:`ShardingLayout` of a sharded layout (for :class:`ShardedStore`)."""
+        if self.chunks_per_shard is None or self.index is None:
+            raise ValueError("a flat layout has no sharding")
+        shard_shape = tuple(
+            c * n for c, n in zip(self.chunk_shape, self.chunks_per_shard, strict=True)
+        )
+        return ShardingLayout(
+            self.shape,
+            shard_shape,
+            self.chunk_shape,
+            self.chunks_per_shard,
+            self.index,
+            self.keys,
+        )
+
+    def describe(self) -> str:
+        """Short human description, e.g. ``sharded 4x4 (c.0.1)`` or ``flat (c/0/1)``."""
+        example = self.encoding.keys().encode(tuple(range(self.ndim)))
+        if self.chunks_per_shard is None:
+            return f"flat ({example})"
+        cps = "x".join(map(str, self.chunks_per_shard)) or "()"
+        return f"sharded {cps} ({example})"
+
+
+def read_layout(doc: Mapping[str, Any], prefix: str = "") -> ArrayLayout:
+    """The layout of a Zarr v3 array document; ``InvalidMetadataError`` if unsupported.
+
+    Supported: a regular chunk grid, ``default`` or ``v2`` keys, and either no sharding
+    or ``sharding_indexed`` as the only codec (what :mod:`asyncshard.zarr.metadata`
+    parses).
+    """
+    if is_sharded(doc):
+        sharded = parse_zarr3_array(doc, key_prefix=prefix)
+        cps: Coords | None = sharded.chunks_per_shard
+        index: IndexLayout | None = sharded.index
+    else:
+        ndim = len(doc.get("shape", ()))
+        sharded = parse_zarr3_array(sharded_metadata(doc, (1,) * ndim), key_prefix=prefix)
+        cps, index = None, None
+    enc = sharded.key_encoding
+    if enc.kind == "draft":  # pragma: no cover - zarr.json never parses as draft
+        raise ValueError("draft key encoding")
+    return ArrayLayout(
+        prefix, sharded.shape, sharded.chunk_shape, cps, Encoding(enc.kind, enc.separator), index
+    )
+
+
+def retarget(
+    doc: Mapping[str, Any],
+    chunks_per_shard: Sequence[int] | None,
+    encoding: Encoding,
+    *,
+    index_location: IndexLocation = "end",
+    checksum: bool = True,
+) -> dict[str, Any]:
+    """``doc`` rewritten to a new layout: flat (``None``) or sharded, with ``encoding``.
+
+    Chunk bytes are not re-encoded: the flat codecs become the inner codecs and back
+    (:func:`sharded_metadata` / :func:`unsharded_metadata`). Attributes are kept.
+    """
+    flat = unsharded_metadata(doc) if is_sharded(doc) else copy.deepcopy(dict(doc))
+    if chunks_per_shard is None:
+        out = flat
+    else:
+        out = sharded_metadata(
+            flat, chunks_per_shard, index_location=index_location, checksum=checksum
+        )
+    out["chunk_key_encoding"] = encoding.to_json()
+    return out
+
+
+def layout_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The members of ``doc`` that define the stored layout (all but ``attributes``)."""
+    return {k: v for k, v in doc.items() if k != "attributes"}
+
+
+def same_layout(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two array documents describe the same stored objects."""
+    return layout_doc(a) == layout_doc(b)

@@ -1,0 +1,214 @@
+"""Pure planning of Zarr conversions: the target layout, the passes, the per-object tasks.
+
+* :func:`resolve_target` turns a request (chunks per shard or flat, optional separator
+  and index options) and an array document into the final document, or ``None`` when
+  the array is already in the requested layout.
+* :func:`plan_passes` splits the way from the current to the final document into passes
+  whose source and target keys are disjoint (one pass, or two when the final keys use
+  the same encoding as the current ones).
+* :func:`plan_pass` lists the tasks of one pass from the objects found by listing: one
+  task per target object (pack, repack, copy) or per source shard (unpack), so that
+  every target object has exactly one writer.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from asyncshard.convert.layout import (
+    ArrayLayout,
+    Encoding,
+    IndexLocation,
+    Separator,
+    read_layout,
+    retarget,
+)
+from asyncshard.zarr.metadata import Coords
+
+__all__ = [
+    "Request",
+    "Task",
+    "TaskKind",
+    "normalize_shard_shape",
+    "plan_pass",
+    "plan_passes",
+    "resolve_target",
+]
+
+TaskKind = Literal["pack", "repack", "unpack", "copy", "index"]
+
+
+def normalize_shard_shape(shard_shape: int | Sequence[int] | None, ndim: int) -> Coords | None:
+    """Chunks per shard for an ``ndim``-d array: an int means every axis."""
+    if shard_shape is None:
+        return None
+    if isinstance(shard_shape, int):
+        values: tuple[int, ...] = (shard_shape,) * ndim
+    else:
+        values = tuple(operator.index(n) for n in shard_shape)
+        if len(values) != ndim:
+            raise ValueError(
+                f"shard shape {list(values)} has {len(values)} dimensions, the array {ndim}"
+            )
+    if any(n < 1 for n in values):
+        raise ValueError(f"shard shape {list(values)} must be positive (in inner chunks)")
+    return values
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the caller asked for.
+
+    ``shard_shape``: chunks per shard (an int for every axis) or ``None`` for flat.
+    ``separator``: force the key separator of the result (``None``: flat <-> sharded
+    changes it, one pass; sharded -> sharded keeps it, two passes).
+    ``index_location``/``checksum``: ``None`` keeps the current ones (a flat array gets
+    ``end`` with crc32c).
+    """
+
+    shard_shape: int | tuple[int, ...] | None
+    separator: Separator | None = None
+    index_location: IndexLocation | None = None
+    checksum: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.separator not in (None, "/", "."):
+            raise ValueError(f"separator must be '/' or '.', got {self.separator!r}")
+        if self.index_location not in (None, "start", "end"):
+            raise ValueError(
+                f"index_location must be 'start' or 'end', got {self.index_location!r}"
+            )
+        if isinstance(self.shard_shape, int):
+            normalize_shard_shape(self.shard_shape, 1)
+
+
+def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] | None:
+    """The final document for ``request``, or ``None`` if ``doc`` already satisfies it.
+
+    "Already satisfies" compares the layout (flat, or chunks per shard and index
+    options), not the key separator.
+    """
+    cur = read_layout(doc)
+    cps = normalize_shard_shape(request.shard_shape, cur.ndim)
+    index_location: IndexLocation = request.index_location or (
+        cur.index.location if cur.index else "end"
+    )
+    checksum = (
+        request.checksum
+        if request.checksum is not None
+        else (cur.index.checksum if cur.index else True)
+    )
+    if cps is None:
+        if not cur.sharded:
+            return None
+    elif cur.sharded and cur.chunks_per_shard == cps and cur.index is not None:
+        same_index = (cur.index.location, cur.index.checksum) == (index_location, checksum)
+        if same_index and cur.index.endian == "little":
+            return None
+    if request.separator is not None:
+        encoding = Encoding(cur.encoding.kind, request.separator)
+    elif cur.sharded and cps is not None:
+        encoding = cur.encoding  # resharding keeps the keys' look (two passes)
+    else:
+        encoding = cur.encoding.partner(cur.ndim)  # flat <-> sharded: one pass
+    return retarget(doc, cps, encoding, index_location=index_location, checksum=checksum)
+
+
+def plan_passes(
+    doc: Mapping[str, Any], final: Mapping[str, Any]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``[(source, target), ...]`` documents of the passes from ``doc`` to ``final``.
+
+    Each pass writes keys disjoint from the keys it reads. When ``final`` uses keys that
+    could equal the current ones, the first pass goes to the final layout under the
+    partner encoding and the second renames its objects (verbatim copies).
+    """
+    cur, end = read_layout(doc), read_layout(final)
+    if end.encoding.disjoint(cur.encoding, cur.ndim):
+        return [(dict(doc), dict(final))]
+    via = cur.encoding.partner(cur.ndim)
+    middle = dict(final)
+    middle["chunk_key_encoding"] = via.to_json()
+    return [(dict(doc), middle), (middle, dict(final))]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work with exactly one target object (or one source shard for unpack).
+
+    * ``pack``: target shard ``target`` from the flat chunks ``sources`` (chunk coords);
+    * ``repack``: target shard ``target`` from the inner chunks of the source shards
+      ``sources`` (shard coords) that fall in it;
+    * ``unpack``: the flat chunks of source shard ``sources[0]``; ``existing`` lists the
+      target chunks already written by an interrupted run (skipped);
+    * ``copy``: object ``sources[0]`` copied verbatim to ``target`` (same objects: both
+      flat, or both sharded alike, only the keys differ);
+    * ``index``: ``target`` exists from an interrupted run: only read what it holds.
+    """
+
+    kind: TaskKind
+    target: Coords | None
+    sources: tuple[Coords, ...]
+    existing: tuple[Coords, ...] = ()
+
+
+def _boxes(lo: Sequence[int], hi: Sequence[int]) -> Iterable[Coords]:
+    return itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True)))
+
+
+def plan_pass(
+    src: ArrayLayout,
+    dst: ArrayLayout,
+    src_objects: Iterable[Coords],
+    dst_objects: Iterable[Coords] = (),
+) -> tuple[list[Task], int]:
+    """Tasks of one pass and the number of source objects ignored (outside the array).
+
+    ``src_objects``: coords of the source objects found (object grid of ``src``);
+    ``dst_objects``: target objects already written by an interrupted run of the same
+    pass (trusted: writes are atomic and the source is unchanged).
+    """
+    if src.chunk_shape != dst.chunk_shape or src.shape != dst.shape:
+        raise ValueError("source and target layouts differ in shape or chunk shape")
+    found = sorted(set(src_objects))
+    inside = [o for o in found if src.object_in_bounds(o)]
+    ignored = len(found) - len(inside)
+    done = set(dst_objects)
+    if src.sharded == dst.sharded and src.cps == dst.cps and src.index == dst.index:
+        return [_copy_or_index(o, done) for o in inside], ignored
+    if not src.sharded:  # flat -> sharded
+        groups: dict[Coords, list[Coords]] = {}
+        for chunk in inside:
+            groups.setdefault(dst.object_of(chunk), []).append(chunk)
+        return [_target_task("pack", t, tuple(c), done) for t, c in sorted(groups.items())], ignored
+    if not dst.sharded:  # sharded -> flat
+        tasks = []
+        for shard in inside:
+            lo, hi = src.chunk_range(shard)
+            existing = tuple(c for c in _boxes(lo, hi) if c in done) if done else ()
+            tasks.append(Task("unpack", None, (shard,), existing))
+        return tasks, ignored
+    feeds: dict[Coords, list[Coords]] = {}  # sharded -> sharded, other shard shape
+    for shard in inside:
+        lo, hi = src.chunk_range(shard)
+        t_lo = dst.object_of(lo)
+        t_hi = tuple(o + 1 for o in dst.object_of(tuple(h - 1 for h in hi)))
+        for target in _boxes(t_lo, t_hi):
+            feeds.setdefault(target, []).append(shard)
+    return [_target_task("repack", t, tuple(s), done) for t, s in sorted(feeds.items())], ignored
+
+
+def _target_task(
+    kind: TaskKind, target: Coords, sources: tuple[Coords, ...], done: set[Coords]
+) -> Task:
+    return Task("index", target, ()) if target in done else Task(kind, target, sources)
+
+
+def _copy_or_index(obj: Coords, done: set[Coords]) -> Task:
+    return Task("index", obj, ()) if obj in done else Task("copy", obj, (obj,))

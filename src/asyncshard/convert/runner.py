@@ -1,0 +1,213 @@
+"""Running the tasks of a pass: in this process on asyncio, or on a Dask cluster.
+
+A pass is described by a picklable :class:`PassSpec` (array documents and key prefix)
+and a list of picklable tasks; every task writes objects no other task writes, so tasks
+run in any order and anywhere. The driver (not the runner) switches the metadata and
+deletes the old objects once every task succeeded.
+
+* :class:`AsyncioRunner` keeps at most ``max_in_flight`` tasks (shards) running.
+* :class:`DaskRunner` sends batches of tasks to a ``dask.distributed`` cluster; each
+  batch opens the store from its URL on the worker and runs on asyncio there, with at
+  most ``max_in_flight`` tasks per worker thread. Dask is imported only here, lazily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from asyncshard.convert.report import TaskResult
+from asyncshard.store import Store
+
+__all__ = ["AsyncioRunner", "DaskRunner", "Executor", "PassSpec", "Runner", "run_tasks"]
+
+DEFAULT_IN_FLIGHT = 8
+T = TypeVar("T")
+
+
+class Executor(Protocol):
+    """Runs the tasks of one pass against one store."""
+
+    async def execute(self, task: Any) -> TaskResult:
+        """Do one task; raise on failure."""
+
+
+class PassSpec(Protocol):
+    """Everything a worker needs to run tasks of a pass (picklable)."""
+
+    def executor(self, store: Store) -> Executor:
+        """An executor of this pass's tasks on ``store``."""
+
+
+class Runner(Protocol):
+    """Runs every task of a pass, calling ``on_result`` as each one finishes."""
+
+    async def run(
+        self,
+        store: Store,
+        spec: PassSpec,
+        tasks: Sequence[Any],
+        on_result: Callable[[TaskResult], None],
+    ) -> None:
+        """Return when all tasks succeeded; raise the first failure otherwise."""
+
+
+async def run_tasks(
+    executor: Executor,
+    tasks: Sequence[Any],
+    on_result: Callable[[TaskResult], None],
+    max_in_flight: int,
+) -> None:
+    """Run ``tasks`` with at most ``max_in_flight`` at once; stop at the first failure.
+
+    After a failure no new task starts, and the tasks running are awaited rather than
+    cancelled: a cancelled coroutine would leave its write running in a worker thread,
+    landing after this function returned.
+    """
+    pending = iter(tasks)
+    failed = False
+
+    async def worker() -> None:
+        nonlocal failed
+        for task in pending:  # the workers share one iterator
+            if failed:
+                return
+            try:
+                result = await executor.execute(task)
+            except BaseException:
+                failed = True
+                raise
+            on_result(result)
+
+    workers = [asyncio.create_task(worker()) for _ in range(min(max_in_flight, len(tasks)))]
+    try:
+        outcomes = await asyncio.gather(*workers, return_exceptions=True)
+    except BaseException:  # cancelled from outside: take the workers with us
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+class AsyncioRunner:
+    """Runs tasks in this process, at most ``max_in_flight`` shards at a time."""
+
+    def __init__(self, max_in_flight: int = DEFAULT_IN_FLIGHT) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.max_in_flight = max_in_flight
+
+    def __repr__(self) -> str:
+        return f"AsyncioRunner(max_in_flight={self.max_in_flight})"
+
+    async def run(
+        self,
+        store: Store,
+        spec: PassSpec,
+        tasks: Sequence[Any],
+        on_result: Callable[[TaskResult], None],
+    ) -> None:
+        await run_tasks(spec.executor(store), tasks, on_result, self.max_in_flight)
+
+
+def run_batch(
+    url: str,
+    options: Mapping[str, Any],
+    spec: PassSpec,
+    tasks: Sequence[Any],
+    max_in_flight: int,
+) -> list[TaskResult]:
+    """A Dask task: open the store from ``url`` and run ``tasks`` on a fresh event loop."""
+    from asyncshard.backends.registry import open_store
+
+    async def go() -> list[TaskResult]:
+        results: list[TaskResult] = []
+        async with open_store(url, **options) as store:
+            await run_tasks(spec.executor(store), tasks, results.append, max_in_flight)
+        return results
+
+    return asyncio.run(go())
+
+
+def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class DaskRunner:
+    """Runs tasks on a ``dask.distributed`` cluster.
+
+    ``client`` is a ``distributed.Client``; workers open the store with
+    ``open_store(url, **storage_options)``, so ``url`` must name storage every worker can
+    reach (a shared folder, S3, GCS...). Tasks go in batches of ``batch_size`` (default:
+    about four batches per worker thread, at most 64 tasks); each worker thread runs at
+    most ``max_in_flight`` tasks of its batch at a time.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        max_in_flight: int = DEFAULT_IN_FLIGHT,
+        batch_size: int | None = None,
+    ) -> None:
+        if not isinstance(url, str):
+            raise TypeError("DaskRunner needs the store's URL: workers open it themselves")
+        if max_in_flight < 1 or (batch_size is not None and batch_size < 1):
+            raise ValueError("max_in_flight and batch_size must be >= 1")
+        self.client = client
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.max_in_flight = max_in_flight
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"DaskRunner({self.client!r}, {self.url!r})"
+
+    def _batch_size(self, ntasks: int) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        threads: int = max(1, sum(self.client.nthreads().values()))
+        return max(1, min(64, math.ceil(ntasks / (4 * threads))))
+
+    def _run_blocking(
+        self, spec: PassSpec, tasks: Sequence[Any], on_result: Callable[[TaskResult], None]
+    ) -> None:
+        import distributed
+
+        as_completed: Any = distributed.as_completed
+        futures = [
+            self.client.submit(
+                run_batch,
+                self.url,
+                self.storage_options,
+                spec,
+                list(batch),
+                self.max_in_flight,
+                pure=False,
+            )
+            for batch in _batches(tasks, self._batch_size(len(tasks)))
+        ]
+        try:
+            for future in as_completed(futures):
+                for result in future.result():
+                    on_result(result)
+        except BaseException:
+            self.client.cancel(futures)
+            raise
+
+    async def run(
+        self,
+        store: Store,
+        spec: PassSpec,
+        tasks: Sequence[Any],
+        on_result: Callable[[TaskResult], None],
+    ) -> None:
+        if tasks:
+            await asyncio.to_thread(self._run_blocking, spec, tasks, on_result)

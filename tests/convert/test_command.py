@@ -1,0 +1,102 @@
+"""The shard/unshard/reshard commands, invoked through click's runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from click.testing import CliRunner, Result
+
+from asyncshard.convert.command import commands, reshard, shard, unshard
+from tests.convert.helpers import assert_readable, make_array, snapshot
+
+
+def invoke(command: click.Command, *args: str) -> Result:
+    return CliRunner().invoke(command, list(args), catch_exceptions=False)
+
+
+def test_shard_reshard_unshard(tmp_path: Path) -> None:
+    arr = tmp_path / "vol" / "arr"
+    data = make_array(arr, (40, 30), (5, 5))
+    original = snapshot(arr)
+    url = str(tmp_path / "vol")
+
+    result = invoke(shard, url, "2")
+    assert result.exit_code == 0, result.output
+    assert "arr: flat (c/0/1) -> sharded 2x2 (c.0.1)" in result.stdout
+    assert "1 converted, 0 skipped" in result.stdout
+    assert "shard" in result.stderr and "B/s" in result.stderr  # the progress bar
+    assert_readable(arr, data)
+
+    result = invoke(shard, url, "2", "--quiet")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+    result = invoke(reshard, f"file://{tmp_path / 'vol'}", "4,1", "--json", "-q", "-j", "2")
+    summary = json.loads(result.stdout)
+    assert summary["arrays_changed"] == ["arr"] and summary["arrays"][0]["passes"] == 2
+    assert result.stderr == ""
+    assert_readable(arr, data)
+
+    result = invoke(unshard, url, "--array", "arr")
+    assert result.exit_code == 0 and "-> flat (c/0/1)" in result.stdout
+    assert snapshot(arr) == original
+    result = invoke(reshard, url, "none", "-q", "--json")
+    assert json.loads(result.stdout)["skipped"] == [
+        {"path": "arr", "reason": "already flat (c/0/1)"}
+    ]
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    make_array(tmp_path / "a", (10, 10), (5, 5))
+    assert invoke(shard, str(tmp_path)).exit_code == 2  # SHAPE is required for Zarr
+    result = invoke(shard, str(tmp_path), "2,x")
+    assert result.exit_code == 2 and "chunks per shard" in result.output
+    assert invoke(shard, str(tmp_path), "0").exit_code == 2
+    result = invoke(shard, str(tmp_path), "2,2,2")
+    assert result.exit_code == 0 and "the array 2" in result.stdout  # skipped, with why
+    result = invoke(shard, "nope://x", "2")
+    assert result.exit_code == 1 and "UnknownSchemeError" in result.output
+    assert [c.name for c in commands()] == ["shard", "unshard", "reshard"]
+
+
+def test_precomputed_is_detected(tmp_path: Path) -> None:
+    ts = __import__("pytest").importorskip("tensorstore")
+    root = tmp_path / "vol"
+    spec = {
+        "driver": "neuroglancer_precomputed",
+        "kvstore": {"driver": "file", "path": str(root)},
+        "multiscale_metadata": {"type": "image", "data_type": "uint8", "num_channels": 1},
+        "scale_metadata": {"size": [20, 20, 20], "chunk_size": [5, 5, 5], "encoding": "raw"},
+        "create": True,
+    }
+    store = ts.open(spec).result()
+    store.write(1).result()
+    original = snapshot(root, skip=("info",))
+    sharding = json.dumps(
+        {
+            "@type": "neuroglancer_uint64_sharded_v1",
+            "preshift_bits": 0,
+            "hash": "identity",
+            "minishard_bits": 1,
+            "shard_bits": 3,
+        }
+    )
+    result = invoke(shard, str(root), "--sharding", sharding, "-q", "--json")
+    assert json.loads(result.stdout)["chunks_moved"] == 64
+    assert len(snapshot(root, skip=("info",))) == 8
+    assert invoke(shard, str(root), "4").exit_code == 2  # precomputed takes --sharding
+    assert invoke(unshard, str(root), "-q").exit_code == 0
+    assert snapshot(root, skip=("info",)) == original
+
+
+def test_dask_scheduler_flag(dask_client: Any, tmp_path: Path) -> None:
+    arr = tmp_path / "arr"
+    data = make_array(arr, (30, 30), (5, 5))
+    address = dask_client.scheduler.address
+    result = invoke(shard, str(arr), "3", "--dask-scheduler", address, "-q", "--json")
+    assert json.loads(result.stdout)["arrays_changed"] == [""]
+    assert_readable(arr, data)
+    result = invoke(shard, str(arr), "3", "--dask-scheduler", address, "--dask-workers", "2")
+    assert result.exit_code == 2

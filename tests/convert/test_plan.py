@@ -1,0 +1,198 @@
+"""Pure planning: key encodings, target documents, passes, tasks (no I/O)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asyncshard.convert.layout import Encoding, read_layout, retarget
+from asyncshard.convert.plan import (
+    Request,
+    normalize_shard_shape,
+    plan_pass,
+    plan_passes,
+    resolve_target,
+)
+from asyncshard.zarr.metadata import is_sharded
+
+ENCODINGS = [Encoding(k, s) for k in ("default", "v2") for s in ("/", ".")]
+
+
+DEFAULT = Encoding()
+
+
+def flat_doc(shape: list[int], chunks: list[int], enc: Encoding = DEFAULT) -> dict[str, Any]:
+    return {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": enc.to_json(),
+        "fill_value": 0,
+        "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 3}}],
+        "attributes": {"a": 1},
+    }
+
+
+@settings(max_examples=200)
+@given(
+    st.sampled_from(ENCODINGS),
+    st.integers(0, 3),
+    st.data(),
+)
+def test_partner_keys_never_collide(enc: Encoding, ndim: int, data: st.DataObject) -> None:
+    """The partner encoding never names an object of the original one."""
+    partner = enc.partner(ndim)
+    assert partner.disjoint(enc, ndim) and enc.disjoint(partner, ndim)
+    coords = st.tuples(*[st.integers(0, 120)] * ndim)
+    a, b = data.draw(coords), data.draw(coords)
+    assert enc.keys("p/").encode(a) != partner.keys("p/").encode(b)
+    # what one encoding writes never parses as an object of the other
+    assert enc.keys().decode(partner.keys().encode(a), ndim) is None
+
+
+@pytest.mark.parametrize("enc", ENCODINGS)
+@pytest.mark.parametrize("ndim", [0, 1, 2, 3])
+def test_partner_is_an_involution_where_possible(enc: Encoding, ndim: int) -> None:
+    """Sharding then unsharding restores the keys, except v2 keys of 1-d arrays."""
+    back = enc.partner(ndim).partner(ndim)
+    if enc.kind == "v2" and ndim == 1:
+        assert back.kind == "default"  # documented: three key sets, no involution
+    else:
+        assert back == enc
+
+
+def test_normalize_shard_shape() -> None:
+    assert normalize_shard_shape(4, 3) == (4, 4, 4)
+    assert normalize_shard_shape((1, 2), 2) == (1, 2)
+    assert normalize_shard_shape(None, 2) is None
+    with pytest.raises(ValueError, match="dimensions"):
+        normalize_shard_shape((1, 2), 3)
+    with pytest.raises(ValueError, match="positive"):
+        normalize_shard_shape(0, 2)
+    with pytest.raises(ValueError, match="separator"):
+        Request(2, separator="-")  # type: ignore[arg-type]
+
+
+def test_resolve_target_flat_to_sharded_flips_separator_and_keeps_codecs() -> None:
+    doc = flat_doc([100, 60], [10, 10])
+    target = resolve_target(doc, Request(4))
+    assert target is not None and is_sharded(target)
+    config = target["codecs"][0]["configuration"]
+    assert config["codecs"] == doc["codecs"]  # no re-encoding: same inner codecs
+    assert config["chunk_shape"] == [10, 10]
+    assert target["chunk_grid"]["configuration"]["chunk_shape"] == [40, 40]
+    assert target["chunk_key_encoding"] == Encoding("default", ".").to_json()
+    assert target["attributes"] == {"a": 1}
+    assert resolve_target(target, Request(4)) is None  # already there
+    assert resolve_target(target, Request((4, 4), index_location="end")) is None
+    assert resolve_target(target, Request(4, index_location="start")) is not None
+    back = resolve_target(target, Request(None))
+    assert back == doc  # the exact inverse: codecs, grid and keys
+    assert resolve_target(doc, Request(None)) is None  # unsharding a flat array: no-op
+
+
+def test_resolve_target_resharding_keeps_encoding() -> None:
+    sharded = retarget(flat_doc([100, 60], [10, 10]), (4, 4), Encoding("default", "."))
+    target = resolve_target(sharded, Request((2, 3)))
+    assert target is not None
+    assert read_layout(target).chunks_per_shard == (2, 3)
+    assert read_layout(target).encoding == Encoding("default", ".")
+    forced = resolve_target(sharded, Request((2, 3), separator="/"))
+    assert forced is not None and read_layout(forced).encoding == Encoding("default", "/")
+
+
+def test_plan_passes_one_or_two() -> None:
+    flat = flat_doc([100, 60], [10, 10])
+    sharded = resolve_target(flat, Request(4))
+    assert sharded is not None
+    assert len(plan_passes(flat, sharded)) == 1
+    resharded = resolve_target(sharded, Request(2))
+    assert resharded is not None
+    passes = plan_passes(sharded, resharded)
+    assert len(passes) == 2
+    (s1, t1), (s2, t2) = passes
+    assert s1 == sharded and t2 == resharded and t1 == s2
+    middle = read_layout(t1)
+    assert middle.chunks_per_shard == (2, 2) and middle.encoding == Encoding("default", "/")
+    for src, dst in passes:
+        enc_a, enc_b = read_layout(src).encoding, read_layout(dst).encoding
+        assert enc_a.disjoint(enc_b, 2)
+
+
+def _writers(tasks: list[Any], dst_layout: Any, src_layout: Any) -> dict[tuple[int, ...], int]:
+    """How many tasks write each target object."""
+    count: dict[tuple[int, ...], int] = {}
+    for task in tasks:
+        if task.kind == "unpack":
+            lo, hi = src_layout.chunk_range(task.sources[0])
+            targets = list(itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))))
+        else:
+            targets = [task.target]
+        for t in targets:
+            count[t] = count.get(t, 0) + 1
+    return count
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 40), min_size=0, max_size=3),
+    data=st.data(),
+)
+def test_plan_pass_one_writer_per_object_and_every_chunk_once(
+    shape: list[int], data: st.DataObject
+) -> None:
+    ndim = len(shape)
+    chunks = data.draw(st.lists(st.integers(1, 7), min_size=ndim, max_size=ndim))
+    cps_a = data.draw(st.tuples(*[st.integers(1, 4)] * ndim))
+    cps_b = data.draw(st.tuples(*[st.integers(1, 4)] * ndim))
+    flat = flat_doc(shape, chunks)
+    grid = read_layout(flat).chunk_grid
+    stored = data.draw(
+        st.sets(st.tuples(*[st.integers(0, max(g - 1, 0)) for g in grid]), max_size=30)
+    )
+    stored = {c for c in stored if all(x < g for x, g in zip(c, grid, strict=True))}
+    stale = {tuple(g + 1 for g in grid)} if ndim else set()  # out of bounds: ignored
+    stored_plus_stale = stored | stale
+    docs = [
+        flat,
+        retarget(flat, cps_a, Encoding("default", ".")),
+        retarget(flat, cps_b, Encoding("default", "/")),
+        retarget(flat, cps_b, Encoding("v2", "."), index_location="start"),
+    ]
+    for src_doc, dst_doc in itertools.permutations(docs, 2):
+        src, dst = read_layout(src_doc), read_layout(dst_doc)
+        objects = {src.object_of(c) for c in stored} | {
+            tuple(g + 1 for g in src.object_grid) for _ in stale
+        }
+        if not src.sharded:
+            objects = stored_plus_stale
+        tasks, ignored = plan_pass(src, dst, objects)
+        assert ignored == len(stale)
+        assert all(n == 1 for n in _writers(tasks, dst, src).values())
+        # every stored chunk is read by exactly one task
+        readers: dict[tuple[int, ...], int] = {}
+        for task in tasks:
+            for source in task.sources:
+                lo, hi = src.chunk_range(source)
+                for c in itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))):
+                    if c in stored and (task.target is None or dst.object_of(c) == task.target):
+                        readers[c] = readers.get(c, 0) + 1
+        assert readers == dict.fromkeys(stored, 1)
+
+
+def test_plan_pass_resume_marks_existing_targets() -> None:
+    flat = flat_doc([40, 40], [10, 10])
+    sharded = retarget(flat, (2, 2), Encoding("default", "."))
+    src, dst = read_layout(flat), read_layout(sharded)
+    stored = list(itertools.product(range(4), range(4)))
+    tasks, _ = plan_pass(src, dst, stored, [(0, 0)])
+    kinds = {t.target: t.kind for t in tasks}
+    assert kinds == {(0, 0): "index", (0, 1): "pack", (1, 0): "pack", (1, 1): "pack"}
+    back, _ = plan_pass(dst, src, [(0, 0), (1, 1)], [(0, 0), (0, 1), (3, 3)])
+    assert [t.existing for t in back] == [((0, 0), (0, 1)), ((3, 3),)]

@@ -1,0 +1,182 @@
+"""Interrupted conversions: the array stays readable, a second run completes the work."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from asyncshard.backends import LocalStore
+from asyncshard.convert import (
+    ConversionError,
+    ConversionSummary,
+    reshard_async,
+    shard_store_async,
+    unshard_store_async,
+)
+from asyncshard.convert.journal import JOURNAL_NAME
+from asyncshard.store import Store
+from tests.convert.helpers import Crash, CrashingStore, assert_readable, make_array, snapshot
+
+Step = Callable[[Store], Awaitable[ConversionSummary]]
+STEPS: list[tuple[str, Step]] = [
+    ("shard 2", lambda s: shard_store_async(s, 2, max_in_flight=2)),
+    ("reshard 3x1", lambda s: reshard_async(s, (3, 1), max_in_flight=2)),
+    ("unshard", lambda s: unshard_store_async(s, max_in_flight=2)),
+]
+
+
+def sample(tmp_path: Path) -> tuple[Path, np.ndarray[Any, Any]]:
+    arr = tmp_path / "a"
+    return arr, make_array(arr, (46, 38), (6, 6))  # 8x7 chunks, 52 stored
+
+
+@pytest.mark.parametrize(
+    ("what", "n"),
+    [("puts", n) for n in (0, 1, 4, 9, 15, 22)] + [("deletes", n) for n in (0, 7, 30)],
+)
+async def test_crash_anywhere_then_rerun(tmp_path: Path, what: str, n: int) -> None:
+    """Crash at the n-th write (or delete) of every step of flat -> sharded -> resharded
+    -> flat: zarr-python and tensorstore read the right values right after the crash,
+    a second run finishes, and the final objects equal the original ones."""
+    arr, data = sample(tmp_path)
+    original = snapshot(arr)
+    crashes = 0
+    for name, step in STEPS:
+        crashing = CrashingStore(LocalStore(arr), **{what: n})
+        try:
+            await step(crashing)
+        except Crash:
+            crashes += 1
+            crashed = True
+            assert (arr / JOURNAL_NAME).exists() or (what == "puts" and n == 0), name
+        else:
+            crashed = False
+        assert_readable(arr, data)
+        summary = await step(LocalStore(arr))
+        assert bool(summary.arrays_changed) == crashed, (name, summary.skipped)
+        assert not (arr / JOURNAL_NAME).exists()
+        assert_readable(arr, data)
+    assert crashes >= 1
+    assert snapshot(arr) == original
+
+
+async def test_resume_keeps_the_shards_already_written(tmp_path: Path) -> None:
+    arr, data = sample(tmp_path)
+    with pytest.raises(Crash):
+        await shard_store_async(
+            CrashingStore(LocalStore(arr), puts=3, match=lambda k: k.startswith("c.")),
+            2,
+            max_in_flight=1,
+        )
+    written = sorted(p.name for p in arr.iterdir() if p.name.startswith("c."))
+    assert len(written) == 3
+    assert json.loads((arr / "zarr.json").read_text())["codecs"][0]["name"] != "sharding_indexed"
+    summary = await shard_store_async(LocalStore(arr), 2)
+    report = summary.arrays[0]
+    assert report.resumed and report.action == "converted"
+    assert report.objects_written == 4 * 4 - 1 - 3  # 15 shards hold data, 3 were there
+    assert report.chunks == 52  # the manifest still lists every chunk
+    assert len(json.loads((arr / "zarr.json").read_text())["attributes"]["nonempty_chunks"]) == 52
+    assert_readable(arr, data)
+
+
+async def test_crash_after_the_switch_finishes_the_cleanup(tmp_path: Path) -> None:
+    arr, data = sample(tmp_path)
+    with pytest.raises(Crash):
+        await shard_store_async(CrashingStore(LocalStore(arr), deletes=10), 2)
+    doc = json.loads((arr / "zarr.json").read_text())
+    assert doc["codecs"][0]["name"] == "sharding_indexed"  # switched
+    assert (arr / "c").exists()  # 42 old chunks still there, unread by anyone
+    assert_readable(arr, data)
+    summary = await shard_store_async(LocalStore(arr), 2)
+    assert summary.arrays[0].resumed and summary.arrays[0].objects_deleted == 42
+    assert not (arr / "c").exists() and not (arr / JOURNAL_NAME).exists()
+
+
+async def test_crash_in_the_second_pass_of_a_reshard(tmp_path: Path) -> None:
+    arr, data = sample(tmp_path)
+    await shard_store_async(LocalStore(arr), 2)  # keys c.i.j
+    with pytest.raises(Crash):  # pass 1 writes c/i/j, pass 2 copies them back to c.i.j
+        await reshard_async(
+            CrashingStore(LocalStore(arr), puts=2, match=lambda k: k.startswith("c.")), 4
+        )
+    doc = json.loads((arr / "zarr.json").read_text())
+    assert doc["chunk_key_encoding"]["configuration"]["separator"] == "/"  # the midpoint
+    assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [24, 24]
+    assert_readable(arr, data)
+    summary = await reshard_async(LocalStore(arr), 4)
+    assert summary.arrays[0].resumed and summary.arrays[0].objects_written == 2
+    doc = json.loads((arr / "zarr.json").read_text())
+    assert doc["chunk_key_encoding"]["configuration"]["separator"] == "."
+    assert len(doc["attributes"]["nonempty_chunks"]) == 52
+    assert sorted(p.name for p in arr.iterdir()) == [
+        "c.0.0",
+        "c.0.1",
+        "c.1.0",
+        "c.1.1",
+        "zarr.json",
+    ]
+    assert_readable(arr, data)
+
+
+async def test_unshard_resume_skips_chunks_already_out(tmp_path: Path) -> None:
+    arr, data = sample(tmp_path)
+    await shard_store_async(LocalStore(arr), 4)
+    with pytest.raises(Crash):
+        await unshard_store_async(
+            CrashingStore(LocalStore(arr), puts=20, match=lambda k: k.startswith("c/")),
+            max_in_flight=1,
+        )
+    assert_readable(arr, data)
+    summary = await unshard_store_async(LocalStore(arr))
+    assert summary.arrays[0].objects_written == 52 - 20
+    assert_readable(arr, data)
+
+
+async def test_changed_request_rolls_back_the_unswitched_objects(tmp_path: Path) -> None:
+    arr, data = sample(tmp_path)
+    original = snapshot(arr)
+    with pytest.raises(Crash):
+        await shard_store_async(CrashingStore(LocalStore(arr), puts=4), 4)
+    assert any(p.name.startswith("c.") for p in arr.iterdir())
+    summary = await unshard_store_async(LocalStore(arr))  # changed my mind: stay flat
+    assert summary.skipped == [("", "already flat (c/0/1)")]
+    assert snapshot(arr) == original and not (arr / JOURNAL_NAME).exists()
+    with pytest.raises(Crash):
+        await shard_store_async(CrashingStore(LocalStore(arr), puts=4), 4)
+    await shard_store_async(LocalStore(arr), (2, 3))  # another shard shape
+    assert sorted(p.name for p in arr.iterdir() if p.name.startswith("c."))[-1] == "c.3.2"
+    assert_readable(arr, data)
+
+
+async def test_metadata_changed_under_an_interrupted_conversion(tmp_path: Path) -> None:
+    arr, _ = sample(tmp_path)
+    with pytest.raises(Crash):
+        await shard_store_async(CrashingStore(LocalStore(arr), puts=4), 2)
+    doc = json.loads((arr / "zarr.json").read_text())
+    doc["shape"] = [40, 38]
+    (arr / "zarr.json").write_text(json.dumps(doc))
+    with pytest.raises(ConversionError, match="matches neither side"):
+        await shard_store_async(LocalStore(arr), 2)
+
+
+async def test_metadata_changed_during_the_run_is_a_conflict(tmp_path: Path) -> None:
+    """The switch is conditional on the zarr.json version read at the start."""
+    arr, data = sample(tmp_path)
+
+    class Meddler(CrashingStore):
+        async def _put(self, key: str, value: Any, if_match: Any, if_absent: bool) -> Any:
+            if key.endswith("c.1.1"):
+                (arr / "zarr.json").write_text((arr / "zarr.json").read_text() + " ")
+            return await super()._put(key, value, if_match, if_absent)
+
+    with pytest.raises(ConversionError, match="changed while the conversion ran"):
+        await shard_store_async(Meddler(LocalStore(arr)), 2)
+    assert_readable(arr, data)
+    await shard_store_async(LocalStore(arr), 2)
+    assert_readable(arr, data)

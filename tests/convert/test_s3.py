@@ -1,0 +1,62 @@
+"""Zarr conversions on S3 (moto, or the endpoint named by ASYNCSHARD_TEST_S3_ENDPOINT)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from asyncshard.backends import open_store
+from asyncshard.convert import reshard_async, shard_store_async, unshard_store_async
+from asyncshard.store import Store
+from tests.convert.helpers import (
+    Crash,
+    CrashingStore,
+    assert_readable,
+    make_array,
+    snapshot,
+    store_snapshot,
+)
+from tests.servers.s3 import S3Server
+
+
+async def download(store: Store, prefix: str, folder: Path) -> Path:
+    """Copy the objects below ``prefix`` to a fresh local folder (to read them back)."""
+    for key, value in (await store_snapshot(store, prefix)).items():
+        path = folder / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(value)
+    return folder
+
+
+async def test_round_trip_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
+    local = tmp_path / "src" / "vol" / "arr"
+    data = make_array(local, (30, 25, 6), (6, 6, 3), compressors=None)
+    original = snapshot(tmp_path / "src", skip=())
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    url = f"s3://{s3_server.bucket}/{prefix}"
+    options = s3_server.options()
+    async with open_store(url, **options) as store:
+        for key, value in original.items():
+            await store.set(key, value)
+
+        summary = await shard_store_async(url, 2, storage_options=options)
+        assert summary.arrays_changed == ["vol/arr"]
+        assert_readable(await download(store, "vol/arr/", tmp_path / "sharded"), data)
+
+        with pytest.raises(Crash):  # interrupted on S3, then resumed
+            await reshard_async(CrashingStore(store, puts=3), (4, 2, 3))
+        assert_readable(await download(store, "vol/arr/", tmp_path / "crashed"), data)
+        summary = await reshard_async(url, (4, 2, 3), storage_options=options)
+        assert summary.arrays[0].resumed
+        assert_readable(await download(store, "vol/arr/", tmp_path / "resharded"), data)
+
+        await unshard_store_async(url, storage_options=options)
+        after = await store_snapshot(store)
+        assert {k: v for k, v in after.items() if not k.endswith("zarr.json")} == {
+            k: v for k, v in original.items() if not k.endswith("zarr.json")
+        }
+        assert_readable(await download(store, "vol/arr/", tmp_path / "flat"), data)
+        if s3_server.external:
+            await store.erase_prefix("")
