@@ -4,9 +4,12 @@ defaults (no Docker engine runs here, so this is what can be checked)."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml  # type: ignore[import-untyped]
 
 from tests.servers.s3 import ENDPOINT_VAR, TEST_BUCKET
@@ -64,3 +67,26 @@ def test_asyncshard_service_builds_the_dockerfile() -> None:
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
     assert "pip install ." in dockerfile
+
+
+def compose_client() -> list[str] | None:
+    """A Compose client on this machine: ``docker compose`` (v2) or ``docker-compose``."""
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+def test_compose_client_accepts_the_file() -> None:
+    client = compose_client()
+    if client is None:
+        pytest.skip("no Compose client installed (docker compose or docker-compose)")
+    result = subprocess.run(
+        [*client, "-f", str(ROOT / "compose.yaml"), "config", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
