@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from asyncshard import __version__
@@ -47,3 +48,24 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
 def test_version() -> None:
     code, out, _ = run("--version")
     assert code == 0 and __version__ in out.decode()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://", "no host"),
+        ("s3://", "no bucket"),
+        ("s3:///prefix", "no bucket"),
+        ("gs://", "no bucket"),
+        ("az://", "no container"),
+        ("s3://bad bucket", "not a valid bucket name"),
+    ],
+)
+def test_cloud_configuration_errors_are_one_line(url: str, message: str) -> None:
+    result = CliRunner().invoke(cli, ["ls", url])
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "StoreConfigError" in lines[0] and message in lines[0]

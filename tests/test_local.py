@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from asyncshard.backends import LocalStore, MemoryStore, open_store, supported_schemes
 from asyncshard.backends.local import TMP_PREFIX
-from asyncshard.errors import InvalidKeyError, UnknownSchemeError
+from asyncshard.errors import (
+    ConflictError,
+    InvalidKeyError,
+    StoreBackendError,
+    StorePermissionError,
+    UnknownSchemeError,
+)
 from asyncshard.ranges import Range
 
 
@@ -23,7 +31,7 @@ async def test_interrupted_write_keeps_previous_value(
         raise OSError("simulated crash during fsync")
 
     monkeypatch.setattr(os, "fsync", crash)
-    with pytest.raises(OSError, match="simulated crash"):
+    with pytest.raises(StoreBackendError, match="simulated crash"):
         await store.set("a/obj", b"new value that never lands")
     monkeypatch.undo()
     assert await store.get("a/obj") == b"old value"
@@ -40,7 +48,7 @@ async def test_interrupted_rename_keeps_previous_value(
         raise OSError("simulated crash before rename")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreBackendError, match="simulated crash before rename"):
         await store.set("obj", b"new")
     monkeypatch.undo()
     assert await store.get("obj") == b"old"
@@ -107,3 +115,291 @@ def test_open_store_urls(tmp_path: Path) -> None:
     with pytest.raises(UnknownSchemeError, match=r"supported: .*file://.*memory://"):
         open_store("ftp://host/x")
     assert {"file", "memory", "s3", "gs", "http", "https"} <= set(supported_schemes())
+
+
+def leftovers(root: Path) -> list[str]:
+    """Temp files anywhere below ``root``."""
+    return [p.name for p in root.rglob(f"{TMP_PREFIX}*")]
+
+
+# -- typed errors instead of raw OSErrors -------------------------------------------------
+
+
+async def test_file_in_the_way_of_a_folder_is_an_invalid_key(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("a", b"object a")
+    for key in ["a/b", "a/b/c"]:
+        with pytest.raises(InvalidKeyError, match="a file of that name exists"):
+            await store.set(key, b"x")
+        with pytest.raises(InvalidKeyError, match="a file of that name exists"):
+            await store.set(key, b"x", if_absent=True)
+        assert await store.get(key) is None
+    assert await store.get("a") == b"object a"
+    assert [k async for k in store.list()] == ["a"]
+    assert leftovers(tmp_path) == []
+
+
+def _deny(monkeypatch: pytest.MonkeyPatch, below: Path) -> None:
+    """Make every ``os.open`` below ``below`` fail with EACCES (tests run as root)."""
+    real_open = os.open
+
+    def fake_open(path: str | os.PathLike[str], flags: int, *args: int, **kw: int) -> int:
+        if str(path).startswith(str(below)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", fake_open)
+
+
+async def test_permission_denied_is_a_store_permission_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("locked/obj", b"old")
+    _deny(monkeypatch, tmp_path / "locked")
+    with pytest.raises(StorePermissionError, match=r"locked/obj") as read_err:
+        await store.get("locked/obj")
+    assert str(tmp_path / "locked") in str(read_err.value)  # names the path
+    with pytest.raises(StorePermissionError, match=str(tmp_path / "locked")):
+        await store.set("locked/obj", b"new")
+    monkeypatch.undo()
+    assert await store.get("locked/obj") == b"old"
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+async def test_unreadable_file_is_a_store_permission_error(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("d/obj", b"x")
+    (tmp_path / "d" / "obj").chmod(0)
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        with pytest.raises(StorePermissionError, match="d/obj"):
+            await store.get("d/obj")
+        with pytest.raises(StorePermissionError, match="ro"):
+            await store.set("ro/new", b"x")
+    finally:
+        (tmp_path / "d" / "obj").chmod(0o644)
+        (tmp_path / "ro").chmod(0o755)
+
+
+async def test_too_long_names_read_as_missing_and_cannot_be_written(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("d/k", b"1")
+    long = "x" * 300  # longer than NAME_MAX (255) on every common file system
+    for key in [long, f"d/{long}", f"{long}/k", "d/" + "/".join(["y" * 200] * 30)]:
+        assert await store.get(key) is None, key
+        assert await store.get(key, Range(0, 1)) is None, key
+        assert await store.head(key) is None, key
+        assert not await store.exists(key)
+        with pytest.raises(InvalidKeyError, match="too long"):
+            await store.set(key, b"x")
+        await store.erase_values([key])  # deleting a missing object is fine
+        assert [k async for k in store.list_prefix(key)] == []
+    assert await store.list_dir("") == ([], ["d/"])  # no folders left behind
+    assert await store.list_dir("d") == (["d/k"], [])
+    assert leftovers(tmp_path) == []
+
+
+async def test_unexpected_os_errors_on_writes_are_backend_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path)
+    version = await store.set("a/obj", b"old")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(StoreBackendError, match="No space left") as err:
+        await store.set("a/obj", b"new", if_match=version)
+    assert isinstance(err.value.__cause__, OSError)
+    with pytest.raises(StoreBackendError, match="No space left"):
+        await store.set("b/c/new", b"new")
+    monkeypatch.undo()
+    assert await store.get("a/obj") == b"old"
+    assert leftovers(tmp_path) == []
+    assert await store.list_dir("") == ([], ["a/"])  # b/ and b/c/ were pruned
+
+
+# -- failed writes leave no folders behind ------------------------------------------------
+
+
+async def test_failed_writes_prune_the_folders_they_created(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    with pytest.raises(ConflictError):
+        await store.set("p/q/r", b"x", if_match="stale")
+    assert await store.list_dir("") == ([], [])
+    assert list(tmp_path.iterdir()) == []
+
+    await store.set("d/k", b"1")
+    (tmp_path / "empty").mkdir()  # made by someone else: not the failed write's to remove
+    for key in ["d/e/f", "empty/x/y", "empty/z"]:
+        with pytest.raises(ConflictError):
+            await store.set(key, b"x", if_match="stale")
+    assert await store.list_dir("") == ([], ["d/", "empty/"])
+    assert await store.list_dir("d") == (["d/k"], [])
+    assert list((tmp_path / "empty").iterdir()) == []
+    with pytest.raises(ConflictError):
+        await store.set("d/k", b"2", if_absent=True)
+    assert await store.get("d/k") == b"1"
+    assert leftovers(tmp_path) == []
+
+
+async def test_failed_write_into_a_new_root_leaves_no_folders(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "root")
+    with pytest.raises(ConflictError):
+        await store.set("p/q", b"x", if_match="stale")
+    assert await store.list_dir("") == ([], [])
+    await store.set("p/q", b"x")
+    assert await store.get("p/q") == b"x"
+
+
+# -- listings show only what the API accepts ----------------------------------------------
+
+
+async def test_names_the_api_rejects_are_not_listed(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("d/ok", b"1")
+    (tmp_path / "back\\slash").write_bytes(b"x")
+    (tmp_path / "d" / "a\\b").write_bytes(b"x")
+    (tmp_path / "bad\\dir").mkdir()
+    (tmp_path / "bad\\dir" / "k").write_bytes(b"x")
+    assert [k async for k in store.list()] == ["d/ok"]
+    assert await store.list_dir("") == ([], ["d/"])
+    assert await store.list_dir("d") == (["d/ok"], [])
+    await store.erase_prefix("")  # every listed key is a valid key
+    assert [k async for k in store.list()] == []
+    assert (tmp_path / "back\\slash").exists()  # unlisted, so untouched
+
+
+async def test_links_leading_outside_are_not_listed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    root = tmp_path / "root"
+    store = LocalStore(root)
+    await store.set("real/k", b"inside")
+    (root / "out-file").symlink_to(outside / "secret")
+    (root / "real" / "out-file").symlink_to(outside / "secret")
+    (root / "out-dir").symlink_to(outside)
+    (root / "alias").symlink_to(root / "real" / "k")  # inside, to inside: an object
+    (root / "real" / "relative").symlink_to("k")
+    (root / "dangling").symlink_to(root / "nothing")
+    assert [k async for k in store.list()] == ["alias", "real/k", "real/relative"]
+    assert [k async for k in store.list_prefix("real/")] == ["real/k", "real/relative"]
+    assert await store.list_dir("") == (["alias"], ["real/"])
+    assert await store.list_dir("real") == (["real/k", "real/relative"], [])
+    for key in ["alias", "real/relative"]:
+        assert await store.get(key) == b"inside"
+    await store.erase_prefix("")  # deletes the links inside, not what they point to
+    assert [k async for k in store.list()] == []
+    assert (outside / "secret").read_bytes() == b"secret"
+    assert (root / "real" / "out-file").is_symlink()  # unlisted, so untouched
+
+
+# -- resolving paths ----------------------------------------------------------------------
+
+
+def _count_realpath(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = os.path.realpath
+
+    def counting(path: str | os.PathLike[str], **kw: bool) -> str:
+        calls.append(os.fspath(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(os.path, "realpath", counting)
+    return calls
+
+
+async def test_root_is_resolved_once_and_keys_once_per_operation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / "lazy" / "root")
+    assert await store.get("k") is None  # the root does not exist yet
+    version = await store.set("a/k", b"1")  # creates it
+    assert await store.get("a/k") == b"1"  # resolves the root, now that it exists
+    calls = _count_realpath(monkeypatch)
+    version = await store.set("a/k", b"2", if_match=version)
+    await store.set("a/k", b"3")
+    assert await store.get("a/k") == b"3"
+    assert await store.head("a/k") is not None
+    assert len(calls) == 4, calls  # one per operation; the root never again
+    assert str(store.root) not in calls
+
+
+async def test_store_through_a_linked_root(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    store = LocalStore(tmp_path / "link")
+    await store.set("a/b", b"1")
+    await store.set("c", b"2")
+    assert [k async for k in store.list()] == ["a/b", "c"]
+    assert [k async for k in store.list_prefix("a/")] == ["a/b"]
+    assert await store.list_dir("a") == (["a/b"], [])
+    await store.erase_values(["a/b"])
+    assert await store.list_dir("") == (["c"], [])
+
+
+def _swap_after_check(
+    monkeypatch: pytest.MonkeyPatch, key_path: Path, swap: Callable[[], None]
+) -> None:
+    """Run ``swap`` right after ``key_path`` was resolved: a race won by an attacker."""
+    real = os.path.realpath
+    done: list[bool] = []
+
+    def racing(path: str | os.PathLike[str], **kw: bool) -> str:
+        result = real(path, **kw)
+        if os.fspath(path) == str(key_path) and not done:
+            done.append(True)
+            swap()
+        return result
+
+    monkeypatch.setattr(os.path, "realpath", racing)
+
+
+async def test_link_swapped_in_after_the_check_does_not_lead_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "k").write_bytes(b"secret")
+    root = tmp_path / "root"
+    store = LocalStore(root)
+    await store.set("real/k", b"inside")
+    await store.set("obj", b"mine")
+    (root / "alias").symlink_to(root / "real")
+
+    def repoint_alias() -> None:
+        (root / "alias").unlink()
+        (root / "alias").symlink_to(outside)
+
+    _swap_after_check(monkeypatch, root / "alias" / "k", repoint_alias)
+    assert await store.get("alias/k") == b"inside"  # read the folder that was checked
+    monkeypatch.undo()
+    (root / "alias").unlink()
+    (root / "alias").symlink_to(root / "real")
+    _swap_after_check(monkeypatch, root / "alias" / "new", repoint_alias)
+    await store.set("alias/new", b"x")
+    assert not (outside / "new").exists()
+    assert (root / "real" / "new").read_bytes() == b"x"
+    monkeypatch.undo()
+
+    def replace_obj() -> None:  # the object itself becomes a link to the outside
+        (root / "obj").unlink()
+        (root / "obj").symlink_to(outside / "k")
+
+    _swap_after_check(monkeypatch, root / "obj", replace_obj)
+    assert await store.get("obj") != b"secret"
+
+
+async def test_special_files_are_not_objects(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("d/k", b"1")
+    os.mkfifo(tmp_path / "d" / "fifo")  # opening it for reading must not block
+    assert await store.get("d/fifo") is None
+    assert await store.head("d/fifo") is None
+    assert await store.list_dir("d") == (["d/k"], [])
+    assert [k async for k in store.list()] == ["d/k"]

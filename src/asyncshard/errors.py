@@ -69,3 +69,11 @@ class StoreBackendError(AsyncShardError):
 
 class ConversionError(AsyncShardError):
     """A conversion cannot proceed safely (unexpected objects, metadata changed meanwhile)."""
+
+
+class StoreConfigError(AsyncShardError, ValueError):
+    """A store cannot be opened as configured (bad URL, bucket or options).
+
+    Raised when the store is opened, before any request: a malformed URL, a missing or
+    invalid bucket, container or host, unknown options or values of the wrong kind.
+    """

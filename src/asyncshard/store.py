@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
+import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -180,7 +181,9 @@ class Store(ABC):
         self.max_request = max_request
         self.max_concurrency = max_concurrency
         self.stats = StoreStats()
-        self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- capabilities -------------------------------------------------------------------
 
@@ -204,6 +207,11 @@ class Store(ABC):
         """Whether ``set(..., if_match=..., if_absent=...)`` is honoured atomically."""
         return True
 
+    @property
+    def supports_conditional_deletes(self) -> bool:
+        """Whether :meth:`delete_if_match` works."""
+        return False
+
     # -- backend primitives -------------------------------------------------------------
 
     @abstractmethod
@@ -225,6 +233,10 @@ class Store(ABC):
     async def _delete(self, key: str) -> None:
         """Delete one object; a missing object is not an error."""
         raise ReadOnlyError(f"{self!r} is read-only")
+
+    async def _delete_if_match(self, key: str, version: str) -> None:
+        """Delete one object only if it is at ``version``; ``ConflictError`` otherwise."""
+        raise UnsupportedOperationError(f"{self!r} cannot delete conditionally")
 
     def _list(self, prefix: str) -> AsyncIterator[str]:
         """Yield every key starting with ``prefix``."""
@@ -249,10 +261,23 @@ class Store(ABC):
     # -- plumbing -----------------------------------------------------------------------
 
     def _limit(self) -> asyncio.Semaphore:
+        """The running event loop's semaphore (``max_concurrency`` calls at a time).
+
+        One per loop, in a ``WeakKeyDictionary`` keyed by the loop, so a store used from
+        several loops (in turn, or at once from several threads) keeps every loop's bound
+        instead of handing out a fresh semaphore on each switch. A semaphore that once
+        made a task wait references its loop, which would keep the entry alive: entries
+        of closed loops are dropped whenever a new loop arrives.
+        """
         loop = asyncio.get_running_loop()
-        sem = self._limits.get(loop)
+        limits = self._limits
+        sem = limits.get(loop)
         if sem is None:
-            self._limits = {loop: (sem := asyncio.Semaphore(self.max_concurrency))}
+            for ref in limits.keyrefs():  # a list copy: safe while other threads insert
+                old = ref()
+                if old is not None and old.is_closed():
+                    limits.pop(old, None)
+            sem = limits.setdefault(loop, asyncio.Semaphore(self.max_concurrency))
         return sem
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
@@ -422,6 +447,18 @@ class Store(ABC):
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["delete"] += len(keys)
         await asyncio.gather(*(self._bounded(self._delete(k)) for k in keys))
+
+    async def delete_if_match(self, key: str, version: str) -> None:
+        """Delete ``key`` only if it is still at ``version``; ``ConflictError`` otherwise.
+
+        A missing object is a conflict too. Only on stores that
+        :attr:`supports_conditional_deletes`.
+        """
+        validate_key(key)
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["delete"] += 1
+        await self._bounded(self._delete_if_match(key, version))
 
     async def erase_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with ``prefix`` (``""`` erases all)."""

@@ -19,6 +19,7 @@ from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,
     ReadOnlyError,
+    StoreConfigError,
     UnknownSchemeError,
     UnsupportedOperationError,
 )
@@ -135,14 +136,49 @@ def test_endpoint_from_environment_allows_http(monkeypatch: pytest.MonkeyPatch) 
 def test_bad_urls_and_options() -> None:
     with pytest.raises(UnknownSchemeError):
         open_store("ftp://host/x")
-    with pytest.raises(ValueError, match="nonsense_option"):
+    with pytest.raises(StoreConfigError, match="nonsense_option"):
         open_store("s3://b", nonsense_option=1)
-    with pytest.raises(ValueError, match="region"):
+    with pytest.raises(StoreConfigError, match="region"):
         open_store("https://example.org/x", region="us-east-1")
-    with pytest.raises(ValueError, match="cannot configure"):
+    with pytest.raises(StoreConfigError, match="cannot configure"):
         open_store("gs://b", service_account_key="{not json")
-    with pytest.raises(ValueError, match="no host"):
+    with pytest.raises(StoreConfigError, match="no host"):
         open_store("http:///x")
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "message"),
+    [
+        ("s3://", {}, "no bucket"),
+        ("s3:///prefix", {}, "no bucket"),
+        ("gs://", {}, "no bucket"),
+        ("az://", {"account_name": "acct"}, "no container"),
+        ("s3://bad bucket/x", {}, "not a valid bucket name"),
+        ("s3://user@bucket/x", {}, "not a valid bucket name"),
+        ("gs://bucket:443/x", {}, "not a valid bucket name"),
+        ("http://", {}, "no host"),
+        ("https://:80/x", {}, "cannot configure"),
+        ("http://[::1/x", {}, "Invalid IPv6 URL"),
+        ("s3://b", {"region": 1}, "cannot configure"),
+        ("s3://b", {"timeout": "soon"}, "cannot configure"),
+        ("s3://b", {"max_gap": -1}, "max_gap"),
+        ("gs://b", {"max_concurrency": 0}, "max_concurrency"),
+    ],
+)
+def test_configuration_errors_are_store_config_errors(
+    url: str, options: dict[str, object], message: str
+) -> None:
+    """Caught before any request, as one typed error (and still a ValueError)."""
+    with pytest.raises(StoreConfigError, match=message) as err:
+        open_store(url, **options)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(StoreConfigError):
+        CloudStore(url, **options)  # type: ignore[arg-type]
+
+
+def test_unsupported_scheme_in_cloud_store_is_a_config_error() -> None:
+    with pytest.raises(StoreConfigError, match="unsupported scheme"):
+        CloudStore("ftp://host/x")
 
 
 @pytest.mark.parametrize(

@@ -130,3 +130,22 @@ async def test_hostile_keys_rejected_on_writes(writable: Harness, key: str) -> N
     with pytest.raises(InvalidKeyError):
         await store.erase_values(["fine", key])
     assert store.stats.total_requests == 0
+
+
+async def test_conditional_delete(writable: Harness) -> None:
+    store = writable.store
+    if not store.supports_conditional_deletes:
+        pytest.skip(f"{store!r} has no conditional deletes; sharded stores write empty shards")
+    await store.set("k", b"1")
+    old = await store.head("k")
+    await store.set("k", b"2")
+    assert old is not None and old.version
+    with pytest.raises(ConflictError):
+        await store.delete_if_match("k", old.version)
+    assert await store.get("k") == b"2"
+    current = await store.head("k")
+    assert current is not None and current.version
+    await store.delete_if_match("k", current.version)
+    assert await store.get("k") is None
+    with pytest.raises(ConflictError):
+        await store.delete_if_match("k", current.version)  # gone: a conflict too

@@ -16,7 +16,9 @@ Behaviour worth knowing:
   if the clamped range is not empty). A server that answers a range request with a
   full ``200`` (it ignores ``Range``) is read whole once more and sliced. These extra
   requests are counted. Every answer's length is checked against its range.
-* **Errors**: missing → ``None``; precondition failed → ``ConflictError``; 401/403 →
+* **Errors**: a bad URL (no bucket or host, a malformed bucket name) or bad options →
+  ``StoreConfigError`` (a ``ValueError``) when the store is opened, before any request;
+  missing → ``None``; precondition failed → ``ConflictError``; 401/403 →
   ``StorePermissionError`` naming the bucket and the credential source (on
   ``http(s)://`` a 403 reads as missing, like Neuroglancer); connection failures,
   timeouts, truncated bodies and 5xx after retries → ``StoreConnectionError``.
@@ -48,6 +50,7 @@ from asyncshard.errors import (
     ConflictError,
     ReadOnlyError,
     StoreBackendError,
+    StoreConfigError,
     StoreConnectionError,
     StorePermissionError,
     UnsupportedOperationError,
@@ -88,6 +91,8 @@ SCHEMES = {
     "adl": "az",
 }
 
+#: Characters of S3 and GCS bucket names (both also forbid some sequences; the server says).
+_BUCKET = re.compile(r"[A-Za-z0-9._-]+")
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
 _KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
 #: What obstore raises: its own errors, FileNotFoundError and other OSErrors.
@@ -183,11 +188,16 @@ class CloudStore(Store):
         config: Mapping[str, Any] | None = None,
         **backend_config: Any,
     ) -> None:
-        super().__init__(max_gap=max_gap, max_request=max_request, max_concurrency=max_concurrency)
-        parts = urlsplit(url)
+        try:
+            super().__init__(
+                max_gap=max_gap, max_request=max_request, max_concurrency=max_concurrency
+            )
+            parts = urlsplit(url)
+        except ValueError as exc:  # bad caps; a malformed URL (``http://[::1``)
+            raise StoreConfigError(f"{url!r}: {exc}") from exc
         kind = SCHEMES.get(parts.scheme.lower())
         if kind is None:
-            raise ValueError(f"CloudStore cannot open {url!r}: unsupported scheme")
+            raise StoreConfigError(f"CloudStore cannot open {url!r}: unsupported scheme")
         self.url = url
         self.kind = kind
         self.bucket = parts.netloc
@@ -198,11 +208,10 @@ class CloudStore(Store):
             forbidden_is_missing if forbidden_is_missing is not None else kind == "http"
         )
         self._listing = listing if listing is not None else kind != "http"
-        if kind == "http" and not self.bucket:
-            raise ValueError(f"{url!r} has no host")
+        _check_bucket(url, kind, self.bucket)
         cfg: dict[str, Any] = {**(config or {}), **backend_config}
         if kind == "http" and cfg:
-            raise ValueError(
+            raise StoreConfigError(
                 f"unknown options for {url!r}: {sorted(cfg)} (http(s) stores take only "
                 "client_options, retry_config and the asyncshard options)"
             )
@@ -235,8 +244,11 @@ class CloudStore(Store):
                 self._os = AzureStore.from_url(url, config=typed_cfg, **common)
             else:
                 self._os = HTTPStore.from_url(url.rstrip("/"), **common)
-        except obs_errors.BaseError as exc:  # unknown option, unreadable credentials, ...
-            raise ValueError(f"{url}: cannot configure the store: {_first_line(exc)}") from exc
+        except (obs_errors.BaseError, ValueError, TypeError) as exc:
+            # unknown option, a value of the wrong type, unreadable credentials, bad host...
+            raise StoreConfigError(
+                f"{url}: cannot configure the store: {_first_line(exc)}"
+            ) from exc
 
     def __repr__(self) -> str:
         return f"CloudStore({self.url!r})"
@@ -545,6 +557,18 @@ class CloudStore(Store):
 
 
 # -- helpers -----------------------------------------------------------------------------
+
+
+def _check_bucket(url: str, kind: str, bucket: str) -> None:
+    """Refuse a URL without a bucket (container, host) or with a malformed bucket name."""
+    what = {"s3": "bucket", "gs": "bucket", "az": "container"}.get(kind, "host")
+    if not bucket:
+        scheme = url.partition("://")[0].lower()
+        raise StoreConfigError(f"{url!r} has no {what}: write {scheme}://{what}/prefix")
+    if kind in ("s3", "gs") and not _BUCKET.fullmatch(bucket):
+        raise StoreConfigError(
+            f"{url!r}: {bucket!r} is not a valid bucket name (letters, digits, '.', '-', '_')"
+        )
 
 
 def _first_line(exc: BaseException) -> str:

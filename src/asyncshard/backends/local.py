@@ -2,16 +2,37 @@
 
 * Reads seek to the range and read only it; blocking calls run in worker threads.
 * Writes go to a temporary file in the destination folder and are renamed over the
-  object, so a failure at any point leaves the previous object intact.
+  object, so a failure at any point leaves the previous object intact and no temporary
+  file behind. Folders are created on demand; a failed write removes the folders it
+  created, and a delete prunes the folders it left empty, so listings never show a
+  prefix without keys (as on object stores).
 * Versions are ``inode-mtime_ns-size`` in hex; every write makes a new file, so a new
   version. Conditional writes compare the version under an exclusive ``flock`` on the
   destination folder, which also excludes other processes using asyncshard.
-* Every path is checked (after resolving links) to lie inside the root.
+* Objects are regular files. A local folder cannot hold both ``a`` and ``a/b``: writing
+  either when the other exists raises ``InvalidKeyError``.
+* Errors are typed: a name too long for the file system reads as missing and cannot be
+  written (``InvalidKeyError``); a refused access raises ``StorePermissionError`` naming
+  the path; any other file-system failure raises ``StoreBackendError`` (the ``OSError``
+  is its ``__cause__``).
+
+Links: every key is resolved (``realpath``) and refused unless it lies inside the root;
+the root is resolved once, as soon as it exists. Operations then use the *resolved* path,
+and reads open it with ``O_NOFOLLOW``, so re-pointing a link between the check and the
+use cannot lead outside, and neither can turning the object itself into a link. This is
+best effort, not a sandbox: replacing a real folder on the resolved path with a link in
+that window is not detected (that would need ``openat2(RESOLVE_BENEATH)``). A link
+inside the root to an object inside the root is an alias: reads and writes go to its
+target, a delete removes the link. Listings show only what the API accepts: regular
+files (or links to them inside the root) and folders whose names are valid key segments;
+links to folders are not followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -21,12 +42,30 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from asyncshard.errors import InvalidKeyError
+from asyncshard.errors import (
+    AsyncShardError,
+    ConflictError,
+    InvalidKeyError,
+    StoreBackendError,
+    StorePermissionError,
+)
 from asyncshard.ranges import ByteRange, resolve
-from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store, check_condition
+from asyncshard.store import (
+    BytesLike,
+    GetResult,
+    ObjectMeta,
+    Store,
+    check_condition,
+    validate_key,
+)
 
 TMP_PREFIX = ".asyncshard-tmp-"
 _MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+#: errnos that mean "no such object" on reads: a name too long to exist, a link loop (or
+#: a link where the checked path had a file: ``O_NOFOLLOW``).
+_MISSING_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
+#: Attempts to create a temp file while concurrent deletes prune its folder.
+_CREATE_ATTEMPTS = 8
 
 
 def _meta(key: str, st: os.stat_result) -> ObjectMeta:
@@ -40,6 +79,29 @@ def _overlaps(folder: str, prefix: str) -> bool:
     return folder.startswith(prefix) or prefix.startswith(folder)
 
 
+def _within(path: str, root: str) -> bool:
+    """Whether the resolved ``path`` is ``root`` or lies below it."""
+    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
+
+
+def _is_missing(exc: OSError) -> bool:
+    return isinstance(exc, _MISSING) or exc.errno in _MISSING_ERRNOS
+
+
+def _valid_name(name: str) -> bool:
+    """Whether a file or folder name can be a key segment (no backslash, ...)."""
+    try:
+        validate_key(name)
+    except InvalidKeyError:
+        return False
+    return True
+
+
+def _open_no_follow(path: str, flags: int) -> int:
+    # O_NONBLOCK: opening a FIFO must not hang; regular files ignore the flag.
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
 class LocalStore(Store):
     """A Store over a local folder (created on first write)."""
 
@@ -47,6 +109,7 @@ class LocalStore(Store):
         super().__init__(**options)
         self.root = Path(os.path.abspath(root))
         self.durable = durable
+        self._resolved_root: str | None = None
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
@@ -54,40 +117,105 @@ class LocalStore(Store):
     # -- paths --------------------------------------------------------------------------
 
     def _real_root(self) -> str:
-        return os.path.realpath(self.root)
+        """The root with links resolved; cached once the root exists.
 
-    def _path(self, key: str) -> Path:
-        """The file for ``key``; refuses any path that resolves outside the root."""
-        path = self.root / key
-        real, root = os.path.realpath(path), self._real_root()
-        if real != root and not real.startswith(root + os.sep):
+        The root is created by the first write; until then it is resolved on every call,
+        since a folder or link appearing there could change the answer.
+        """
+        real = self._resolved_root
+        if real is None:
+            real = os.path.realpath(self.root)
+            if os.path.isdir(real):
+                self._resolved_root = real
+        return real
+
+    def _resolve(self, key: str) -> str:
+        """The real path of ``key``; refuses any path that resolves outside the root."""
+        root = self._real_root()
+        real = os.path.realpath(os.path.join(root, key))
+        if not _within(real, root):
             raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
-        return path
+        return real
+
+    def _file_in_the_way(self, key: str) -> str | None:
+        """The key prefix of ``key`` that exists as a file, if any (for error messages)."""
+        root = self._real_root()
+        parts = key.split("/")
+        for n in range(1, len(parts)):
+            prefix = "/".join(parts[:n])
+            if os.path.isfile(os.path.join(root, prefix)):
+                return prefix
+        return None
+
+    def _error(self, exc: OSError, key: str, action: str, path: str) -> AsyncShardError:
+        """The asyncshard error for an unexpected ``OSError`` on ``key``."""
+        detail = str(exc) if exc.filename else f"{exc} ({path})"
+        if isinstance(exc, PermissionError):
+            return StorePermissionError(
+                f"{self!r}: permission denied on {action} of {key!r}: {detail}"
+            )
+        return StoreBackendError(f"{self!r}: {action} of {key!r} failed: {detail}")
+
+    def _write_error(self, exc: OSError, key: str, path: str) -> AsyncShardError:
+        if exc.errno == errno.ENAMETOOLONG:
+            return InvalidKeyError(f"invalid key {key!r}: too long a name for the file system")
+        if isinstance(exc, IsADirectoryError):
+            return InvalidKeyError(f"invalid key {key!r}: a folder of that name exists")
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            culprit = self._file_in_the_way(key)
+            where = f" ({culprit!r} is an object, so it cannot be a folder)" if culprit else ""
+            return InvalidKeyError(f"invalid key {key!r}: a file of that name exists{where}")
+        return self._error(exc, key, "write", path)
 
     # -- reads --------------------------------------------------------------------------
 
-    def _read(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> GetResult:
-        with open(self._path(key), "rb") as f:
-            meta = _meta(key, os.fstat(f.fileno()))
-            check_condition(key, meta, if_match, False)
-            start, end = resolve(byte_range, meta.size)
-            f.seek(start)
-            return GetResult(f.read(end - start), meta)
+    def _read(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        path = self._resolve(key)
+        try:
+            with open(path, "rb", opener=_open_no_follow) as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return None
+                meta = _meta(key, st)
+                check_condition(key, meta, if_match, False)
+                start, end = resolve(byte_range, meta.size)
+                f.seek(start)
+                return GetResult(f.read(end - start), meta)
+        except OSError as exc:
+            if _is_missing(exc):
+                return None
+            raise self._error(exc, key, "read", path) from exc
 
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
+        return await asyncio.to_thread(self._read, key, byte_range, if_match)
+
+    @staticmethod
+    def _meta_at(path: str, key: str, *, folder_error: bool = False) -> ObjectMeta | None:
+        """The object at the resolved ``path``: ``None`` if missing or not a file.
+
+        With ``folder_error`` a folder raises ``IsADirectoryError`` (a write cannot
+        replace it) instead of reading as missing.
+        """
         try:
-            return await asyncio.to_thread(self._read, key, byte_range, if_match)
-        except _MISSING:
-            return None
+            st = os.stat(path, follow_symlinks=False)
+        except OSError as exc:
+            if _is_missing(exc):
+                return None
+            raise
+        if folder_error and stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        return _meta(key, st) if stat.S_ISREG(st.st_mode) else None
 
     def _stat(self, key: str) -> ObjectMeta | None:
+        path = self._resolve(key)
         try:
-            st = os.stat(self._path(key))
-        except _MISSING:
-            return None
-        return None if stat.S_ISDIR(st.st_mode) else _meta(key, st)
+            return self._meta_at(path, key)
+        except OSError as exc:
+            raise self._error(exc, key, "head", path) from exc
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._stat, key)
@@ -95,7 +223,7 @@ class LocalStore(Store):
     # -- writes -------------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self, folder: Path) -> Iterator[None]:
+    def _locked(self, folder: str) -> Iterator[None]:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -103,40 +231,72 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    def _write_temp(self, path: Path, data: BytesLike) -> tuple[Path, os.stat_result]:
-        for _ in range(8):  # a concurrent delete may prune the folder between the calls
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    @staticmethod
+    def _make_folders(folder: str, created: list[str]) -> None:
+        """Create ``folder`` and its missing parents, appending each one made to ``created``."""
+        missing: list[str] = []
+        path = folder
+        while not os.path.isdir(path):
+            missing.append(path)
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+        for path in reversed(missing):
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:
+                os.mkdir(path)
+            except FileExistsError:
+                if not os.path.isdir(path):
+                    raise  # a file of that name: the key cannot be written
                 continue
+            created.append(path)
+
+    def _create_temp(self, folder: str, created: list[str]) -> tuple[int, str]:
+        """Create a temp file in ``folder`` (making the folder if needed): ``(fd, path)``."""
+        for _ in range(_CREATE_ATTEMPTS):
+            tmp = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    if self.durable:
-                        os.fsync(f.fileno())
-                    return tmp, os.fstat(f.fileno())
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-        raise FileNotFoundError(f"cannot create a file in {path.parent}")
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), tmp
+            except FileNotFoundError:
+                # the folder is missing, or a concurrent delete pruned it meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    self._make_folders(folder, created)
+        raise StoreBackendError(
+            f"{self!r}: cannot create a file in {folder}: concurrent deletes keep removing it"
+        )
+
+    def _write_data(self, fd: int, data: BytesLike) -> os.stat_result:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if self.durable:
+                os.fsync(f.fileno())
+            return os.fstat(f.fileno())
 
     def _write(self, key: str, data: BytesLike, if_match: str | None, if_absent: bool) -> str:
-        path = self._path(key)
-        if path.is_dir():
-            raise InvalidKeyError(f"invalid key {key!r}: a folder of that name exists")
-        tmp, st = self._write_temp(path, data)
+        path = self._resolve(key)
+        folder = os.path.dirname(path)
+        created: list[str] = []
+        tmp: str | None = None
         try:
+            fd, tmp = self._create_temp(folder, created)
+            st = self._write_data(fd, data)
             if if_match is None and not if_absent:
                 os.replace(tmp, path)
             else:
-                with self._locked(path.parent):
-                    check_condition(key, self._stat(key), if_match, if_absent)
+                with self._locked(folder):
+                    current = self._meta_at(path, key, folder_error=True)
+                    check_condition(key, current, if_match, if_absent)
                     os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+            tmp = None
+        except BaseException as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if created:  # remove the folders this write made (if still empty)
+                self._prune(folder, top=min(created, key=len))
+            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+                raise self._write_error(exc, key, path) from exc
             raise
         return _meta(key, st).version or ""
 
@@ -145,38 +305,102 @@ class LocalStore(Store):
     ) -> str | None:
         return await asyncio.to_thread(self._write, key, data, if_match, if_absent)
 
-    def _unlink(self, key: str) -> None:
-        path = self._path(key)
-        try:
-            path.unlink()
-        except _MISSING:
-            return
-        parent = path.parent
-        while parent != self.root:  # prune folders the delete left empty
+    def _prune(self, folder: str, *, top: str | None = None) -> None:
+        """Remove ``folder`` and then its parents while they are empty.
+
+        Stops at the root (never removed), at the first folder that is not empty, or
+        after removing ``top``.
+        """
+        root = self._real_root()
+        while folder != root and _within(folder, root):
             try:
-                parent.rmdir()
+                os.rmdir(folder)
             except OSError:
                 return
-            parent = parent.parent
+            if folder == top:
+                return
+            folder = os.path.dirname(folder)
+
+    def _unlink(self, key: str) -> None:
+        # The folder is resolved, the name is not: deleting a link removes the link.
+        parent, _, name = key.rpartition("/")
+        folder = self._resolve(parent) if parent else self._real_root()
+        path = os.path.join(folder, name)
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            if _is_missing(exc):
+                return
+            if isinstance(exc, PermissionError) and os.path.isdir(path):
+                return  # macOS refuses to unlink a folder with EPERM; a folder is no object
+            raise self._error(exc, key, "delete", path) from exc
+        self._prune(folder)
 
     async def _delete(self, key: str) -> None:
         await asyncio.to_thread(self._unlink, key)
 
+    @property
+    def supports_conditional_deletes(self) -> bool:
+        return True
+
+    def _unlink_if_match(self, key: str, version: str) -> None:
+        parent, _, name = key.rpartition("/")
+        try:
+            folder = self._resolve(parent) if parent else self._real_root()
+            with self._locked(folder):  # the lock conditional writes take: no write slips in
+                check_condition(key, self._stat(key), version, False)
+                os.unlink(os.path.join(folder, name))
+        except OSError as exc:
+            if _is_missing(exc):
+                raise ConflictError(f"{key}: object does not exist", key=key) from None
+            raise self._error(exc, key, "delete", key) from exc
+        self._prune(folder)
+
+    async def _delete_if_match(self, key: str, version: str) -> None:
+        await asyncio.to_thread(self._unlink_if_match, key, version)
+
     # -- listing ------------------------------------------------------------------------
 
+    def _entries(self, folder: str, key: str) -> Iterator[tuple[os.DirEntry[str], bool]]:
+        """``(entry, is_folder)`` for each listable entry of ``folder`` (key prefix ``key``).
+
+        Listable: folders (not links to them) and regular files (or links to regular files
+        inside the root) whose names are valid key segments, temp files excepted.
+        """
+        root = self._real_root()
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    name = entry.name
+                    if not _valid_name(name):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        yield entry, True
+                    elif (
+                        entry.is_file()
+                        and not name.startswith(TMP_PREFIX)
+                        and (not entry.is_symlink() or _within(os.path.realpath(entry.path), root))
+                    ):
+                        yield entry, False
+        except OSError as exc:
+            if _is_missing(exc):
+                return
+            raise self._error(exc, key or "/", "list", folder) from exc
+
     def _walk(self, prefix: str) -> list[str]:
-        folder = prefix.rpartition("/")[0]
-        start = self._path(folder) if folder else self.root
+        parent = prefix.rpartition("/")[0]
+        start = self._resolve(parent) if parent else self._real_root()
         keys: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(start):
-            rel = os.path.relpath(dirpath, self.root)
-            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-            dirnames[:] = [d for d in dirnames if _overlaps(base + d + "/", prefix)]
-            keys.extend(
-                base + name
-                for name in filenames
-                if not name.startswith(TMP_PREFIX) and (base + name).startswith(prefix)
-            )
+        todo = [(start, parent + "/" if parent else "")]
+        while todo:
+            folder, base = todo.pop()
+            for entry, is_folder in self._entries(folder, base):
+                key = base + entry.name
+                if is_folder:
+                    if _overlaps(key + "/", prefix):
+                        todo.append((entry.path, key + "/"))
+                elif key.startswith(prefix):
+                    keys.append(key)
         return sorted(keys)
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
@@ -184,17 +408,14 @@ class LocalStore(Store):
             yield key
 
     def _scan(self, prefix: str) -> tuple[list[str], list[str]]:
+        folder = self._resolve(prefix[:-1]) if prefix else self._real_root()
         keys: list[str] = []
         prefixes: list[str] = []
-        try:
-            with os.scandir(self._path(prefix[:-1]) if prefix else self.root) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        prefixes.append(prefix + entry.name + "/")
-                    elif entry.is_file() and not entry.name.startswith(TMP_PREFIX):
-                        keys.append(prefix + entry.name)
-        except _MISSING:
-            pass
+        for entry, is_folder in self._entries(folder, prefix):
+            if is_folder:
+                prefixes.append(prefix + entry.name + "/")
+            else:
+                keys.append(prefix + entry.name)
         return sorted(keys), sorted(prefixes)
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:

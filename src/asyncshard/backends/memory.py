@@ -50,6 +50,15 @@ class MemoryStore(Store):
     async def _delete(self, key: str) -> None:
         self._objects.pop(key, None)
 
+    @property
+    def supports_conditional_deletes(self) -> bool:
+        return True
+
+    async def _delete_if_match(self, key: str, version: str) -> None:
+        entry = self._objects.get(key)
+        check_condition(key, entry and entry[1], version, False)
+        del self._objects[key]
+
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         for key in sorted(k for k in self._objects if k.startswith(prefix)):
             yield key

@@ -1,0 +1,128 @@
+"""The Store base class itself: the concurrency bound across event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import weakref
+from collections import Counter
+
+from asyncshard.ranges import ByteRange
+from asyncshard.store import GetResult, ObjectMeta, Store
+
+LIMIT = 2
+
+
+class GatedStore(Store):
+    """Each ``_get`` waits for its loop's gate; records the most concurrent calls per loop."""
+
+    def __init__(self) -> None:
+        super().__init__(max_concurrency=LIMIT)
+        self.lock = threading.Lock()
+        self.active: Counter[asyncio.AbstractEventLoop] = Counter()
+        self.peak: Counter[asyncio.AbstractEventLoop] = Counter()
+        self.gates: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+
+    def gate(self) -> asyncio.Event:
+        return self.gates.setdefault(asyncio.get_running_loop(), asyncio.Event())
+
+    async def _get(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        loop = asyncio.get_running_loop()
+        with self.lock:
+            self.active[loop] += 1
+            self.peak[loop] = max(self.peak[loop], self.active[loop])
+        try:
+            await self.gate().wait()
+        finally:
+            with self.lock:
+                self.active[loop] -= 1
+        return GetResult(b"x", ObjectMeta(key, 1))
+
+    async def _head(self, key: str) -> ObjectMeta | None:
+        return None
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def test_two_loops_used_alternately_keep_their_bounds() -> None:
+    store = GatedStore()
+    loops = [asyncio.new_event_loop(), asyncio.new_event_loop()]
+    tasks: list[asyncio.Task[object]] = []
+    try:
+        for _ in range(2):  # each loop in turn starts more reads than the bound
+            for loop in loops:
+                tasks += [loop.create_task(store.get(f"k{i}")) for i in range(3)]
+                loop.run_until_complete(_settle())
+                assert store.active[loop] == LIMIT
+        for loop in loops:
+            store.gates[loop].set()
+            loop.run_until_complete(asyncio.gather(*(t for t in tasks if t.get_loop() is loop)))
+    finally:
+        for loop in loops:
+            loop.close()
+    assert all(t.result() == b"x" for t in tasks)
+    assert [store.peak[loop] for loop in loops] == [LIMIT, LIMIT]
+
+
+def test_two_loops_in_two_threads_keep_their_bounds() -> None:
+    store = GatedStore()
+    barrier = threading.Barrier(2, timeout=10)
+    errors: list[BaseException] = []
+
+    async def use_store() -> None:
+        first = [asyncio.create_task(store.get(f"a{i}")) for i in range(3)]
+        await _settle()  # LIMIT reads running, one waiting: this loop has its semaphore
+        barrier.wait()  # both loops have made theirs
+        second = [asyncio.create_task(store.get(f"b{i}")) for i in range(3)]
+        await _settle()
+        barrier.wait()
+        store.gate().set()
+        await asyncio.gather(*first, *second)
+
+    def thread() -> None:
+        try:
+            asyncio.run(use_store())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert sorted(store.peak.values()) == [LIMIT, LIMIT]
+
+
+def test_closed_loops_are_not_kept_alive() -> None:
+    """A semaphore that ever made a task wait references its loop; closed loops go."""
+    store = GatedStore()
+    refs: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    for _ in range(3):
+        loop = asyncio.new_event_loop()
+        refs.append(weakref.ref(loop))
+        tasks = [loop.create_task(store.get(f"k{i}")) for i in range(LIMIT + 1)]
+        loop.run_until_complete(_settle())  # one read waits: the semaphore is bound
+        store.gates[loop].set()
+        loop.run_until_complete(asyncio.gather(*tasks))
+        loop.close()
+        del loop, tasks
+        store.gates.clear()
+        store.active.clear()
+        store.peak.clear()
+
+    async def one_more_read() -> None:
+        store.gate().set()
+        assert await store.get("k") == b"x"
+
+    asyncio.run(one_more_read())
+    store.gates.clear()
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
