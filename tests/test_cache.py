@@ -86,3 +86,26 @@ async def test_invalidate_and_default_cache_is_shared() -> None:
     cache.invalidate("k")
     assert cache.peek("k") is None
     assert default_cache() is default_cache()
+
+
+async def test_a_load_overtaken_by_put_or_invalidate_does_not_store_its_result() -> None:
+    cache = IndexCache()
+    release = asyncio.Event()
+
+    async def slow_old() -> CacheEntry:
+        await release.wait()
+        return IndexCache.make_entry("old index", "v1", 10)
+
+    loading = asyncio.ensure_future(cache.get("k", slow_old))
+    await asyncio.sleep(0)
+    cache.put("k", "new index", "v2", 10)  # e.g. a writer remembering what it wrote
+    release.set()
+    assert (await loading).value == "old index"  # the waiter gets what it loaded...
+    entry = cache.peek("k")
+    assert entry is not None and entry.value == "new index"  # ...but the newer entry stays
+
+    loading = asyncio.ensure_future(cache.get("j", slow_old))
+    await asyncio.sleep(0)
+    cache.invalidate("j")
+    await loading
+    assert cache.peek("j") is None

@@ -70,6 +70,7 @@ class IndexCache:
         self._lru: LRUCache[Hashable, CacheEntry] = LRUCache(max_bytes, getsizeof=_entry_size)
         self._lock = threading.Lock()
         self._loading: dict[Hashable, asyncio.Task[CacheEntry]] = {}
+        self._overtaken: set[Hashable] = set()  # put or invalidated while a load ran
 
     @property
     def current_bytes(self) -> int:
@@ -94,8 +95,14 @@ class IndexCache:
     def put(self, key: Hashable, value: Any, version: str | None, nbytes: int) -> CacheEntry:
         """Store an entry (a ``None`` value records a missing object)."""
         entry = self.make_entry(value, version, nbytes)
+        self._overtake(key)
         self._store(key, entry)
         return entry
+
+    def _overtake(self, key: Hashable) -> None:
+        """A load running for ``key`` must not store its (now older) result."""
+        if key in self._loading:
+            self._overtaken.add(key)
 
     def _store(self, key: Hashable, entry: CacheEntry) -> None:
         if _entry_size(entry) <= self.max_bytes:  # an entry larger than the budget is not kept
@@ -104,11 +111,15 @@ class IndexCache:
 
     def invalidate(self, key: Hashable) -> None:
         """Forget ``key``."""
+        self._overtake(key)
         with self._lock:
             self._lru.pop(key, None)
 
     def invalidate_namespace(self, namespace: Hashable) -> None:
         """Forget every key that is a tuple starting with ``namespace``."""
+        for key in list(self._loading):
+            if isinstance(key, tuple) and key and key[0] == namespace:
+                self._overtaken.add(key)
         with self._lock:
             stale = [k for k in self._lru if isinstance(k, tuple) and k and k[0] == namespace]
             for key in stale:
@@ -116,6 +127,7 @@ class IndexCache:
 
     def clear(self) -> None:
         """Forget everything."""
+        self._overtaken.update(self._loading)
         with self._lock:
             self._lru.clear()
 
@@ -141,11 +153,13 @@ class IndexCache:
     async def _load(self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]]) -> CacheEntry:
         try:
             entry = await load()
-            self._store(key, entry)
+            if key not in self._overtaken:
+                self._store(key, entry)
             return entry
         finally:
             if self._loading.get(key) is asyncio.current_task():
                 del self._loading[key]
+                self._overtaken.discard(key)
 
     @staticmethod
     def make_entry(value: Any, version: str | None, nbytes: int) -> CacheEntry:

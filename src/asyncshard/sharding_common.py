@@ -98,15 +98,22 @@ async def read_merge_write(
     shard_key: str,
     rebuild: Callable[[GetResult | None], BytesLike | None],
     written: Callable[[BytesLike | None, str | None], None],
+    empty_shard: Callable[[], bytes],
 ) -> str | None:
     """Update one shard: read it whole, ``rebuild`` it, write it back conditionally.
 
     ``rebuild(current)`` (``None`` when the shard does not exist) returns the new shard
-    bytes, or ``None`` to delete the shard. The write is conditional on the version read
+    bytes, or ``None`` when no chunk is left. The write is conditional on the version read
     (``if_absent`` for a new shard) when ``inner`` supports conditional writes, and the
     whole attempt is retried on conflict (:func:`retry_on_conflict`). ``written(new,
     version)`` runs after a successful write or delete (``new`` is ``None`` then).
     Returns the new version. :class:`ConditionFailed` from ``rebuild`` is not retried.
+
+    A shard left without chunks is deleted only if that cannot lose a concurrent write:
+    conditionally where the store can (``delete_if_match``); where it can write but not
+    delete conditionally, ``empty_shard()`` (an index with every entry empty, which
+    readers see as no chunks) is written conditionally instead of deleting. Stores with
+    no conditions at all are last-writer-wins anyway and get a plain delete.
     """
     conditional = inner.supports_conditional_writes
 
@@ -114,10 +121,18 @@ async def read_merge_write(
         current = await inner.get_object(shard_key)
         new = rebuild(current)
         if new is None:
-            if current is not None:
+            if current is None:
+                written(None, None)
+                return None
+            if inner.supports_conditional_deletes and current.meta.version:
+                await inner.delete_if_match(shard_key, current.meta.version)
+                written(None, None)
+                return None
+            if not conditional:
                 await inner.erase_values([shard_key])
-            written(None, None)
-            return None
+                written(None, None)
+                return None
+            new = empty_shard()
         version = await inner.set(
             shard_key,
             new,

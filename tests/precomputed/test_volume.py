@@ -209,12 +209,24 @@ def test_chunk_names_negative_ranges() -> None:
         "7-11_1-4_1-3.gz",
         "",
         "\u0667-11_1-4_1-3",  # non-ASCII digit
+        "7" * 5000 + "-11_1-4_1-3",  # past int()'s 4300 digits: not a chunk name, no error
+        "7-11_1-4_1-" + "3" * 5000,
+        "0" * 5000 + "7-11_1-4_1-3",
+        "7" * 20 + "-11_1-4_1-3",  # past the ±2**62 index range
     ],
 )
 def test_parse_chunk_name_is_strict(name: str) -> None:
     scale = scale_of((10, 7, 5), (4, 3, 2), (3, -2, 1))
     assert scale.parse_chunk_name("7-11_1-4_1-3") == (1, 1, 0)
     assert scale.parse_chunk_name(name) is None
+
+
+def test_chunk_names_at_the_edge_of_the_index_range() -> None:
+    """The bounded digit counts still admit every coordinate of the ±2**62 range."""
+    scale = scale_of((8, 8, 8), (4, 4, 4), (2**62 - 9, -(2**62) + 1, 0))
+    for pos in ((0, 0, 0), (1, 1, 1)):
+        name = scale.chunk_name(pos)
+        assert scale.parse_chunk_name(name) == pos, name
 
 
 @st.composite

@@ -92,6 +92,9 @@ async def test_empty_object(served: Served, http: aiohttp.ClientSession) -> None
         ("bytes=10000-99999", 10000, SIZE),  # past the end: clamped
         ("BYTES=1-2", 1, 3),  # the unit is case-insensitive
         ("bytes= 1-2 ", 1, 3),
+        pytest.param("bytes=" + "0" * 5000 + "7-8", 7, 9, id="5000-leading-zeros"),
+        ("bytes=0-9999999999999999999", 0, SIZE),  # 19 digits: clamped
+        ("bytes=-9999999999999999999", 0, SIZE),
     ],
 )
 async def test_single_range(
@@ -115,6 +118,8 @@ async def test_single_range(
         ("obj", f"bytes={SIZE + 5}-,-0"),
         ("empty", "bytes=0-0"),
         ("empty", "bytes=-5"),
+        ("obj", "bytes=9999999999999999999-"),  # 19 digits: representable, beyond the end
+        ("obj", "bytes=9223372036854775808-9999999999999999999"),
     ],
 )
 async def test_unsatisfiable_range_is_416(
@@ -141,6 +146,14 @@ async def test_unsatisfiable_range_is_416(
         "bytes=1 -2",
         "=0-1",
         "bytes=0-1,5-2",
+        # numbers too long to represent (int() refuses more than 4300 digits): ignored,
+        # never a 500; see asyncshard.server.ranges
+        pytest.param("bytes=" + "1" * 5000 + "-", id="5000-digit-first"),
+        pytest.param("bytes=0-" + "1" * 5000, id="5000-digit-last"),
+        pytest.param("bytes=-" + "1" * 5000, id="5000-digit-suffix"),
+        pytest.param("bytes=" + "1" * 4000 + "-" + "2" * 4000, id="4000-digit-both"),
+        pytest.param("bytes=0-1," + "9" * 5000 + "-", id="5000-digit-second"),
+        "bytes=" + "1" * 20 + "-",  # more than 19 significant digits
     ],
 )
 async def test_malformed_range_is_ignored(

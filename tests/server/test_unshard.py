@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import tensorstore as ts
 
 from asyncshard.backends import LocalStore
+from asyncshard.precomputed.volume_store import UnshardedScaleView, unsharded_info_bytes
 from asyncshard.ranges import ByteRange
 from asyncshard.server.app import make_app
 from asyncshard.server.demo import (
@@ -23,7 +25,7 @@ from asyncshard.server.demo import (
     ZARR_PATH,
     demo_volume,
 )
-from asyncshard.server.unshard import UnshardedView
+from asyncshard.server.unshard import DEFAULT_MAX_DEPTH, UnshardedView, ZarrDataset
 from asyncshard.store import GetResult
 from tests.server.conftest import Served, ServeFactory, running
 
@@ -100,8 +102,175 @@ async def test_listings_show_the_unsharded_layout(
     async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/3/7/?list=json") as r:
         assert (await r.json())["keys"] == [str(i) for i in range(8)]
     async with http.get(f"{unsharded.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}/?list=json") as r:
-        keys = (await r.json())["keys"]
-    assert len(keys) == 256 and "0-32_0-32_0-32" in keys and not any(".shard" in k for k in keys)
+        assert r.status == 200, "the scale folder exists, though it lists no chunk"
+        assert (await r.json())["keys"] == [], "shards hidden, chunk names not enumerated"
+
+
+async def test_sharded_scale_listing_reads_no_index(
+    serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path, tmp_path: Path
+) -> None:
+    """Listing a sharded scale's folder is one backend listing: no shard or minishard
+    index is read to enumerate chunk names (which viewers never list)."""
+    folder = tmp_path / "data"
+    shutil.copytree(demo_folder / PRECOMPUTED_PATH, folder / PRECOMPUTED_PATH)
+    scale_dir = folder / PRECOMPUTED_PATH / SCALE_KEY
+    (scale_dir / "provenance").write_bytes(b"p")
+    (scale_dir / "0-32_0-32_0-32").write_bytes(b"stray")  # shadowed by the virtual chunk
+    (scale_dir / "sub").mkdir()
+    (scale_dir / "sub" / "x").write_bytes(b"x")
+    inner = LocalStore(folder)
+    async with serve(store=inner, unshard=True) as s:
+        async with http.get(f"{s.url}/{PRECOMPUTED_PATH}/info") as r:
+            assert r.status == 200
+        inner.stats.reset()
+        base = f"{s.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}"
+        async with http.get(f"{base}/?list=json") as r:
+            assert r.status == 200
+            listed = await r.json()
+        assert listed["keys"] == ["provenance"]
+        assert listed["prefixes"] == ["sub/"]
+        assert inner.stats.requests["get"] == 0, "no index was read"
+        assert inner.stats.requests["list"] == 1
+        async with http.get(f"{base}/provenance") as r:
+            assert await r.read() == b"p"
+        async with http.get(f"{s.url}/{PRECOMPUTED_PATH}/?list=json") as r:
+            assert f"{SCALE_KEY}/" in (await r.json())["prefixes"]
+
+
+LONG = "7" * 5000  # int() refuses strings of more than 4300 digits
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(f"{ZARR_PATH}/c/{LONG}/0/0", id="zarr-chunk"),
+        pytest.param(f"{ZARR_PATH}/c/0/0/{LONG}", id="zarr-chunk-last"),
+        pytest.param(f"{ZARR_PATH}/c/{LONG}/", id="zarr-folder"),
+        pytest.param(f"{PRECOMPUTED_PATH}/{SCALE_KEY}/{LONG}-32_0-32_0-32", id="precomputed"),
+        pytest.param(f"{PRECOMPUTED_PATH}/{SCALE_KEY}/0-32_0-32_0-{LONG}", id="precomputed-end"),
+        pytest.param(f"{PRECOMPUTED_PATH}/{SCALE_KEY}/{'7' * 20}-32_0-32_0-32", id="20-digits"),
+    ],
+)
+async def test_overlong_numbers_in_keys_are_not_errors(
+    unsharded: Served, http: aiohttp.ClientSession, path: str
+) -> None:
+    """A number too long for ``int()`` is not a chunk key (404, at worst 400), never 500."""
+    async with http.get(f"{unsharded.url}/{path}") as r:
+        assert r.status in (400, 404), await r.text()
+
+
+async def test_huge_ranges_of_virtual_chunks(
+    unsharded: Served, http: aiohttp.ClientSession
+) -> None:
+    for path in (f"{ZARR_PATH}/c/0/0/0", f"{PRECOMPUTED_PATH}/{SCALE_KEY}/0-32_0-32_0-32"):
+        url = f"{unsharded.url}/{path}"
+        async with http.get(url) as r:
+            whole = await r.read()
+        async with http.get(url, headers={"Range": f"bytes={LONG}-"}) as r:
+            assert (r.status, await r.read()) == (200, whole), "unrepresentable: ignored"
+        async with http.get(url, headers={"Range": "bytes=9999999999999999999-"}) as r:
+            assert r.status == 416
+            assert r.headers["Content-Range"] == f"bytes */{len(whole)}"
+
+
+@pytest.mark.parametrize("error", [ValueError, OverflowError])
+async def test_unparsable_keys_are_400_not_500(
+    unsharded: Served,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    error: type[Exception],
+) -> None:
+    """The last line of defence: a dataset's key parser failing with a bare ValueError or
+    OverflowError makes the key the client's error (400), not the server's (500)."""
+
+    def fail(self: object, key: str) -> bool:
+        raise error("cannot convert")
+
+    async def fail_listing(self: object, prefix: str) -> None:
+        raise error("cannot convert")
+
+    monkeypatch.setattr(ZarrDataset, "claims", fail)
+    monkeypatch.setattr(ZarrDataset, "list_dir", fail_listing)
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/0/0/0") as r:
+        assert r.status == 400, await r.text()
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/0/") as r:
+        assert r.status == 400, await r.text()
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/zarr.json") as r:
+        assert r.status == 200, "the metadata is not parsed as a chunk key"
+
+
+async def test_deep_paths_cost_a_bounded_number_of_probes(
+    serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path, tmp_path: Path
+) -> None:
+    """Only the nearest DEFAULT_MAX_DEPTH folders above a key are searched for a dataset
+    (two metadata reads each), however deep the path."""
+    folder = tmp_path / "data"
+    near = "/".join(f"n{i}" for i in range(40))
+    shutil.copytree(demo_folder / ZARR_PATH, folder / near / ZARR_PATH)
+    inner = LocalStore(folder)
+    deep = "/".join(f"d{i}" for i in range(200))
+    async with serve(store=inner, unshard=True) as s:
+        inner.stats.reset()
+        async with http.get(f"{s.url}/{deep}/k") as r:
+            assert r.status == 404
+        assert inner.stats.requests["get"] <= 2 * DEFAULT_MAX_DEPTH + 1
+        inner.stats.reset()
+        async with http.get(f"{s.url}/{deep}/") as r:
+            assert r.status == 404
+        assert inner.stats.requests["get"] <= 2 * DEFAULT_MAX_DEPTH
+        # a dataset below many folders is still found from its own keys
+        async with http.get(f"{s.url}/{near}/{ZARR_PATH}/c/3/7/7") as r:
+            assert r.status == 200, "an inner chunk, read out of its shard"
+            body = await r.read()
+    block = np.frombuffer(gzip.decompress(body), np.uint8).reshape((CHUNK,) * 3)
+    assert (block == VOLUME[96:128, 224:256, 224:256]).all()
+
+
+async def test_unsharded_info_is_the_same_through_both_views(
+    serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path
+) -> None:
+    """The server's --unshard and a served UnshardedScaleView render the rewritten info
+    the same way (one function), so the same document has the same bytes."""
+    raw = json.loads((demo_folder / PRECOMPUTED_PATH / "info").read_bytes())
+    server = serve(store=LocalStore(demo_folder), unshard=True)
+    async with server as s, http.get(f"{s.url}/{PRECOMPUTED_PATH}/info") as r:
+        through_server = await r.read()
+    view = await UnshardedScaleView.open(LocalStore(demo_folder), PRECOMPUTED_PATH)
+    async with serve(store=view) as s, http.get(f"{s.url}/info") as r:
+        through_view = await r.read()
+    assert through_server == through_view == unsharded_info_bytes(raw)
+    assert "sharding" not in json.loads(through_view)["scales"][0]
+
+
+class ClosingLog(LocalStore):
+    """A LocalStore that remembers being closed."""
+
+    closed = False
+
+    async def _close(self) -> None:
+        self.closed = True
+        await super()._close()
+
+
+async def test_served_unsharded_scale_view(
+    serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path
+) -> None:
+    """An UnshardedScaleView served on its own: the root listing is one backend listing
+    (not a walk of the whole volume reading every index), and closing closes the store."""
+    inner = ClosingLog(demo_folder)
+    view = await UnshardedScaleView.open(inner, PRECOMPUTED_PATH)
+    async with serve(store=view) as s:
+        inner.stats.reset()
+        async with http.get(f"{s.url}/?list=json") as r:
+            listed = await r.json()
+        assert listed["keys"] == ["info"] and listed["prefixes"] == [f"{SCALE_KEY}/"]
+        assert (inner.stats.requests["get"], inner.stats.requests["list"]) == (0, 1)
+        async with http.get(f"{s.url}/{SCALE_KEY}/?list=json") as r:
+            keys = (await r.json())["keys"]
+        assert len(keys) == 256 and "0-32_0-32_0-32" in keys, "asked for: enumerated"
+        assert not any(".shard" in k for k in keys)
+        assert not inner.closed
+    assert inner.closed, "closing the view closes the store it wraps"
 
 
 async def test_index_cache_lives_in_the_server(

@@ -346,3 +346,88 @@ async def test_unsharded_or_missing_arrays_are_refused() -> None:
     await inner.set("bad/zarr.json", b"{not json")
     with pytest.raises(InvalidMetadataError, match="not valid JSON"):
         await ShardedStore.open(inner, "bad")
+
+
+class HeldDeletes(MemoryStore):
+    """A MemoryStore whose deletes wait until ``release`` is set (to open a race window)."""
+
+    def __init__(self, conditional_deletes: bool) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self._conditional_deletes = conditional_deletes
+
+    @property
+    def supports_conditional_deletes(self) -> bool:
+        return self._conditional_deletes
+
+    async def _delete(self, key: str) -> None:
+        await self.release.wait()
+        await super()._delete(key)
+
+    async def _delete_if_match(self, key: str, version: str) -> None:
+        await self.release.wait()
+        await super()._delete_if_match(key, version)
+
+
+@pytest.mark.parametrize("conditional_deletes", [True, False])
+async def test_erasing_the_last_chunk_never_loses_a_concurrent_write(
+    conditional_deletes: bool,
+) -> None:
+    inner = HeldDeletes(conditional_deletes)
+    eraser, writer = await sharded(inner, DOC), await sharded(inner, DOC)
+    await eraser.set("arr/c/0/0", b"only chunk")
+    erase = asyncio.ensure_future(eraser.erase_values(["arr/c/0/0"]))
+    await asyncio.sleep(0.01)  # the eraser has read the shard and waits to delete it
+    await writer.set("arr/c/0/1", b"written meanwhile")
+    inner.release.set()
+    await erase
+    reader = await sharded(inner, DOC)
+    assert await reader.get("arr/c/0/1") == b"written meanwhile"
+    assert await reader.get("arr/c/0/0") is None
+
+
+async def test_without_conditional_deletes_an_emptied_shard_becomes_an_empty_index() -> None:
+    inner = HeldDeletes(conditional_deletes=False)
+    inner.release.set()
+    store = await sharded(inner, DOC)
+    await store.set_values({"arr/c/0/0": b"a", "arr/c/0/1": b"b"})
+    await store.erase_values(["arr/c/0/0"])
+    await store.erase_values(["arr/c/0/1"])
+    shard = await inner.get("arr/c/0/0")
+    assert shard is not None and len(shard) == 16 * 16 + 4  # index only, every entry empty
+    assert [k async for k in store.list_prefix("arr/c/")] == []
+    assert await store.get("arr/c/0/1") is None
+
+
+async def test_chunk_keys_past_the_array_edge_do_not_replace_edge_shards() -> None:
+    inner = MemoryStore()
+    store = await sharded(inner, array_doc([3], [2], [1]))  # chunks 0..2; shard 1 = {2, 3}
+    await store.set("arr/c/2", b"in bounds")
+    await store.set_values({"arr/c/3": b"past the edge"})  # not a whole-shard write
+    assert await store.get("arr/c/2") == b"in bounds"
+    await store.erase_values(["arr/c/3"])  # not a whole-shard erase
+    assert await store.get("arr/c/2") == b"in bounds"
+
+
+async def test_a_failed_read_condition_costs_no_extra_request(inner: Store) -> None:
+    store = await filled(inner)
+    await store.get("arr/c/0/0")
+    inner.stats.reset()
+    with pytest.raises(ConflictError):
+        await store.get_object("arr/c/0/0", if_match="not-the-version")
+    assert inner.stats.total_requests == 0  # answered from the cached index
+
+
+async def test_listing_a_row_reads_only_that_row_of_shards(inner: Store) -> None:
+    store = await filled(inner)
+    keys = sorted([k async for k in store.list_prefix("arr/c/5/")])
+    assert keys == [f"arr/c/5/{j}" for j in sorted(range(10), key=str)]
+    assert inner.stats.requests["get"] == 3  # the shards of row 1 only: (1,0), (1,1), (1,2)
+
+
+async def test_absurd_numbers_are_not_chunk_keys_and_huge_shards_are_refused() -> None:
+    inner = MemoryStore()
+    store = await sharded(inner, DOC)
+    assert await store.get("arr/c/" + "9" * 5000 + "/0") is None  # passes through: missing
+    with pytest.raises(InvalidMetadataError, match="chunks_per_shard"):
+        await sharded(MemoryStore(), array_doc([2**20, 2**20], [2**20, 2**20], [64, 64]))

@@ -550,7 +550,9 @@ class Uint64ShardedStore(Store):
             if shard is not None:
                 self._remember(shard_key, shard, version)
 
-        return await read_merge_write(self.inner, shard_key, rebuild, written)
+        return await read_merge_write(
+            self.inner, shard_key, rebuild, written, lambda: bytes(shard_index_nbytes(self.spec))
+        )
 
     async def _write_whole(self, shard_key: str, chunks: Mapping[int, BytesLike]) -> None:
         shard = build_shard(chunks, self.spec)

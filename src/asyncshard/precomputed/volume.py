@@ -44,7 +44,10 @@ ENCODINGS: tuple[str, ...] = ("raw", "jpeg", "png", "compressed_segmentation", "
 GridPos = tuple[int, int, int]
 _Vec3 = tuple[int, int, int]
 _INDEX_LIMIT = 2**62  # tensorstore's finite index range
-_CHUNK_NAME = re.compile(r"(-?[0-9]+)-(-?[0-9]+)_(-?[0-9]+)-(-?[0-9]+)_(-?[0-9]+)-(-?[0-9]+)")
+# Voxel coordinates lie within ±2**62 (19 digits): a longer number is no chunk name (and
+# would make ``int()`` fail past 4300 digits), so the digit counts are bounded.
+_COORD = r"(-?[0-9]{1,19})"
+_CHUNK_NAME = re.compile(rf"{_COORD}-{_COORD}_{_COORD}-{_COORD}_{_COORD}-{_COORD}")
 _SCALE_FIELDS = frozenset(
     {"key", "size", "voxel_offset", "chunk_sizes", "encoding", "resolution", "sharding",
      "compressed_segmentation_block_size"}
@@ -231,7 +234,11 @@ class Scale:
         return "_".join(f"{a}-{b}" for a, b in zip(start, stop, strict=True))
 
     def parse_chunk_name(self, name: str) -> GridPos | None:
-        """Grid position named by ``name``, or ``None`` unless it is exactly a chunk name here."""
+        """Grid position named by ``name``, or ``None`` unless it is exactly a chunk name here.
+
+        Never raises: a name with an over-long number (more than 19 digits, beyond the
+        ±2**62 index range) is not a chunk name.
+        """
         match = _CHUNK_NAME.fullmatch(name)
         if match is None:
             return None

@@ -6,7 +6,8 @@
   offset by ``voxel_offset``), translated to compressed Morton chunk ids of a
   :class:`~asyncshard.precomputed.store.Uint64ShardedStore`.
 * :class:`UnshardedScaleView` is a read-only Store over a whole volume that presents its
-  sharded scales as unsharded: ``info`` without ``sharding`` (:func:`unsharded_info`),
+  sharded scales as unsharded: ``info`` without ``sharding`` (:func:`unsharded_info`,
+  rendered by :func:`unsharded_info_bytes`, as the server's ``--unshard`` also does),
   ``<scale key>/<chunk name>`` for every chunk of a sharded scale, and every other key
   (unsharded scales, other files) passed through. This is what a viewer-facing server
   serves to a client that only reads unsharded precomputed data.
@@ -40,7 +41,13 @@ from asyncshard.store import (
     validate_key,
 )
 
-__all__ = ["PrecomputedVolume", "ShardedScale", "UnshardedScaleView", "unsharded_info"]
+__all__ = [
+    "PrecomputedVolume",
+    "ShardedScale",
+    "UnshardedScaleView",
+    "unsharded_info",
+    "unsharded_info_bytes",
+]
 
 
 def unsharded_info(info_doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,6 +62,12 @@ def unsharded_info(info_doc: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(scale, dict):
                 scale.pop("sharding", None)
     return doc
+
+
+def unsharded_info_bytes(info_doc: Mapping[str, Any]) -> bytes:
+    """The served bytes of :func:`unsharded_info` (``info_doc`` rewritten): the one
+    rendering of an unsharded ``info``, so that every entry point serves the same bytes."""
+    return json.dumps(unsharded_info(info_doc), indent=2).encode()
 
 
 def _join(path: str, key: str) -> str:
@@ -221,7 +234,10 @@ class UnshardedScaleView(Store):
       is not exactly a chunk name of the scale reads as missing, like a missing file);
     * anything else: the object of the wrapped store (unsharded scales, other files).
 
-    Listing shows chunk names in place of the shard files of sharded scales.
+    Listing shows chunk names in place of the shard files of sharded scales: listing a
+    sharded scale (``list_prefix``, or ``list_dir`` of its folder) reads the indexes of all
+    its shards; ``list_dir`` of any other folder is one listing of the wrapped store.
+    Closing the view closes the wrapped store.
     """
 
     def __init__(self, volume: PrecomputedVolume) -> None:
@@ -234,7 +250,7 @@ class UnshardedScaleView(Store):
         self.volume = volume
         self.inner = inner
         self._base = f"{volume.path}/" if volume.path else ""
-        self._info = json.dumps(unsharded_info(volume.info_doc), indent=1).encode()
+        self._info = unsharded_info_bytes(volume.info_doc)
         self._info_version = "unsharded-" + hashlib.sha256(self._info).hexdigest()[:32]
         self._scales = {key: volume.scale(key) for key in volume.sharded_scale_keys}
 
@@ -347,17 +363,30 @@ class UnshardedScaleView(Store):
 
     # -- listing --------------------------------------------------------------------------
 
+    def _hidden(self, scale: ShardedScale | None, name: str) -> bool:
+        """Whether a stored file ``name`` of a scale folder is not shown: a shard file
+        (shown as chunk names), or a stray file named like a chunk (shadowed by it)."""
+        return scale is not None and (
+            scale.store.spec.parse_shard_filename(name) is not None
+            or scale.scale.parse_chunk_name(name) is not None
+        )
+
+    async def _list_dir(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        n = len(self._base)
+        keys, prefixes = await self.inner.list_dir(self._base + prefix)
+        scale = self._scales.get(prefix[:-1]) if prefix else None
+        kept = [k[n:] for k in keys if not self._hidden(scale, k[len(self._base + prefix) :])]
+        if scale is not None:
+            kept += [prefix + name for name in await scale.list_chunk_names()]
+        return sorted(kept), [p[n:] for p in prefixes]
+
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         n = len(self._base)
         async for key in self.inner.list_prefix(self._base + prefix):
             rel = key[n:]
             head, sep, name = rel.rpartition("/")
-            scale = self._scales.get(head) if sep else None
-            if scale is not None and scale.store.spec.parse_shard_filename(name) is not None:
-                continue  # presented as chunk names below
-            if scale is not None and scale.scale.parse_chunk_name(name) is not None:
-                continue  # a stray file named like a chunk is shadowed by the chunk
-            yield rel
+            if not self._hidden(self._scales.get(head) if sep else None, name):
+                yield rel
         for key, scale in self._scales.items():
             directory = key + "/"
             if not (directory.startswith(prefix) or prefix.startswith(directory)):
@@ -365,3 +394,8 @@ class UnshardedScaleView(Store):
             for name in await scale.list_chunk_names():
                 if (directory + name).startswith(prefix):
                     yield directory + name
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def _close(self) -> None:
+        await self.inner.close()

@@ -12,7 +12,8 @@ What it answers (RFC 9110):
 * ``Range``: one range (``bytes=a-b``, ``a-``, ``-n``) answers ``206`` with
   ``Content-Range``; several answer ``206 multipart/byteranges`` (sorted, overlapping and
   adjacent ones merged); unsatisfiable ones ``416`` with ``Content-Range: bytes */size``;
-  a malformed header (or another unit, or more than 100 ranges) is ignored: ``200``.
+  a malformed header (or another unit, more than 100 ranges, or a number of more than 19
+  digits, which no object can reach) is ignored: ``200``.
   ``Range`` is ignored on ``HEAD``; ``If-Range`` is honoured.
 * ``If-Match``, ``If-None-Match``, ``If-Modified-Since``, ``If-Unmodified-Since``:
   ``304``/``412`` per RFC 9110 section 13.2.2.
@@ -270,7 +271,7 @@ class _Server:
         if not self.store.supports_listing:
             return _error(404, f"404 Not Found: {self.store!r} cannot list folders")
         keys, prefixes = await self.store.list_dir(prefix)
-        if prefix and not keys and not prefixes:
+        if prefix and not keys and not prefixes and not await self._virtual_folder(prefix):
             return _error(404, f"404 Not Found: no folder /{prefix}")
         headers = {"Cache-Control": "no-cache"}
         if wants_json(request.query, request.headers.get("Accept")):
@@ -278,6 +279,12 @@ class _Server:
         return web.Response(
             text=listing_html(prefix, keys, prefixes), content_type="text/html", headers=headers
         )
+
+    async def _virtual_folder(self, prefix: str) -> bool:
+        """Whether an empty-looking folder exists all the same: a folder of the unsharded
+        view whose only files are hidden (a sharded scale lists no chunk names)."""
+        store = self.store
+        return isinstance(store, UnshardedView) and await store.is_dataset_folder(prefix)
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -15,6 +15,13 @@ Behaviour, following RFC 9110:
 * ``a >= size`` and ``-0`` are unsatisfiable; ``b >= size`` is clamped to the end.
 * Several ranges are sorted and overlapping or adjacent ones merged; more than
   :data:`MAX_RANGES` make the header ignored (a defence against many tiny ranges).
+* A position of more than :data:`MAX_DIGITS` significant digits (leading zeros aside) makes
+  the whole header ignored, like a malformed one. Such a number is syntactically valid,
+  but no object is that large and it cannot be converted (Python's ``int()`` refuses
+  strings over 4300 digits); RFC 9110 section 14.1.1 asks recipients to guard against such
+  conversions and section 14.2 lets a server ignore ``Range``, so the answer is a ``200``
+  with the whole object, never a failure. A representable first position beyond the end
+  (``bytes=99999999-``) is still ``416``.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ from asyncshard.ranges import ByteRange, Offset, Range, Suffix, resolve
 #: A Range header with more ranges than this is ignored (whole object, 200).
 MAX_RANGES = 100
 
-_SPEC = re.compile(r"([0-9]*)-([0-9]*)")
+#: Most significant digits of a position: 19 reach 10**19 - 1 > 2**63, past any object.
+MAX_DIGITS = 19
+
+# Bounded digit counts: longer numbers fail to match and the header is ignored.
+_SPEC = re.compile(rf"(?:0*([0-9]{{1,{MAX_DIGITS}}}))?-(?:0*([0-9]{{1,{MAX_DIGITS}}}))?")
 
 
 def parse_range_header(value: str | None) -> list[ByteRange] | None:

@@ -15,6 +15,22 @@ scales (``info``):
   scale answers the unsharded chunk names ``x0-x1_y0-y1_z0-z1``.
 * Every other key passes through unchanged.
 
+Only the nearest ``max_depth`` (:data:`DEFAULT_MAX_DEPTH`, 34) folders above a key are
+searched, two metadata reads each, so a request costs a bounded number of backend reads
+however deep its path. 34 covers every layout a viewer reads: a Zarr chunk key (default
+encoding) is ``ndim + 1`` segments below its array's folder (``c/i/j/k``), a precomputed
+chunk two below its volume's (``scale/chunk name``), and 34 = 32 dimensions (numpy's
+classic limit) + 2. A dataset further up than that is not seen from the deep key: it
+passes through unchanged (as do keys below an unsharded dataset outside the window).
+
+A key that a dataset cannot even parse (a number no ``int()`` converts, say) answers
+:class:`~asyncshard.errors.InvalidKeyError` (the server's ``400``), never a bare
+``ValueError``/``OverflowError``.
+
+Listings of a precomputed sharded scale's folder do not enumerate chunk names (that
+would read every shard and minishard index of the scale); see
+:mod:`~asyncshard.server.unshard_precomputed`.
+
 All sharded readers share one :class:`~asyncshard.cache.IndexCache` (the server's
 ``--cache-bytes``). What a folder holds is remembered for ``metadata_ttl`` seconds
 (single-flight), so metadata changes show up after at most that long; shard changes are
@@ -29,16 +45,18 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cachetools import LRUCache
 
 from asyncshard.cache import IndexCache
-from asyncshard.errors import AsyncShardError, ConflictError, ReadOnlyError
+from asyncshard.errors import AsyncShardError, ConflictError, InvalidKeyError, ReadOnlyError
 from asyncshard.ranges import ByteRange, resolve
 from asyncshard.store import GetResult, ObjectMeta, Store
 from asyncshard.zarr.metadata import is_sharded, parse_zarr3_array, unsharded_metadata
@@ -47,6 +65,10 @@ from asyncshard.zarr.store import ShardedStore
 VERSION_PREFIX = "unshard:"
 DEFAULT_METADATA_TTL = 60.0
 DEFAULT_MAX_FOLDERS = 16384
+#: Folders above a key searched for its dataset: 32 dimensions + 2 (see the module doc).
+DEFAULT_MAX_DEPTH = 34
+
+log = logging.getLogger("asyncshard.server")
 
 
 def virtual_version(version: str | None) -> str | None:
@@ -96,6 +118,22 @@ class Dataset(Protocol):
 
     async def list_dir(self, prefix: str) -> tuple[list[str], list[str]] | None:
         """The listing of a folder inside the dataset, ``None`` to list the raw store."""
+
+    def has_folder(self, prefix: str) -> bool:
+        """Whether the folder ``prefix`` exists in the dataset even when it lists empty."""
+
+
+@contextlib.contextmanager
+def _parsing(key: str) -> Iterator[None]:
+    """Turn a ``ValueError``/``OverflowError`` out of a dataset's key parsing into
+    :class:`InvalidKeyError` (``400``): a key no parser can read is the client's error."""
+    try:
+        yield
+    except AsyncShardError:
+        raise  # already typed (some are ValueErrors too)
+    except (ValueError, OverflowError) as exc:
+        log.warning("unparsable key %.200r: %s: %.200s", key, type(exc).__name__, exc)
+        raise InvalidKeyError(f"cannot parse the key {key[:200]!r}") from None
 
 
 @dataclass
@@ -157,6 +195,9 @@ class ZarrDataset:
     async def list_dir(self, prefix: str) -> tuple[list[str], list[str]] | None:
         return await self.store.list_dir(prefix)
 
+    def has_folder(self, prefix: str) -> bool:
+        return False
+
 
 #: Openers of the dataset kinds: ``(inner, folder, raw metadata, cache)`` -> dataset and
 #: rewritten metadata document, or ``None`` when the metadata is not of a sharded dataset.
@@ -204,7 +245,10 @@ class UnshardedView(Store):
         cache: IndexCache | None = None,
         metadata_ttl: float = DEFAULT_METADATA_TTL,
         max_folders: int = DEFAULT_MAX_FOLDERS,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1")
         super().__init__(
             max_gap=inner.max_gap,
             max_request=inner.max_request,
@@ -213,6 +257,7 @@ class UnshardedView(Store):
         self.inner = inner
         self.cache = cache if cache is not None else IndexCache()
         self.metadata_ttl = metadata_ttl
+        self.max_depth = max_depth
         self._nodes: LRUCache[str, _Node] = LRUCache(max_folders)
         self._loading: dict[str, asyncio.Task[_Node]] = {}
 
@@ -269,10 +314,11 @@ class UnshardedView(Store):
                 del self._loading[folder]
 
     async def _find(self, path: str) -> _Node | None:
-        """The node of the outermost folder holding a sharded dataset among the folders
-        above the key ``path`` (or, for a folder ``path`` ending in ``/``, up to itself)."""
+        """The node of the outermost folder holding a sharded dataset among the nearest
+        ``max_depth`` folders above the key ``path`` (or, for a folder ``path`` ending in
+        ``/``, up to itself)."""
         parts = path.split("/")
-        for depth in range(len(parts)):
+        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
             folder = "/".join(parts[:depth]) + "/" if depth else ""
             node = await self._node(folder)
             if node.dataset is not None:
@@ -288,9 +334,9 @@ class UnshardedView(Store):
             return None
         if key == node.metadata.key:
             return node.metadata
-        if node.dataset.claims(key):
-            return node.dataset
-        return None
+        with _parsing(key):
+            claimed = node.dataset.claims(key)
+        return node.dataset if claimed else None
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -321,10 +367,17 @@ class UnshardedView(Store):
     async def _list_dir(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
         node = await self._find(prefix)
         if node is not None and node.dataset is not None:
-            listed = await node.dataset.list_dir(prefix)
+            with _parsing(prefix):
+                listed = await node.dataset.list_dir(prefix)
             if listed is not None:
                 return listed
         return await self.inner.list_dir(prefix)
+
+    async def is_dataset_folder(self, prefix: str) -> bool:
+        """Whether the folder ``prefix`` (ending in ``/``) exists as a folder of a sharded
+        dataset even if it lists empty (a sharded scale holding only hidden shards)."""
+        node = await self._find(prefix)
+        return node is not None and node.dataset is not None and node.dataset.has_folder(prefix)
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         folder, sep, _ = prefix.rpartition("/")

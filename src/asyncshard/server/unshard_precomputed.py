@@ -4,7 +4,15 @@ Built on :class:`~asyncshard.precomputed.volume_store.UnshardedScaleView` (one v
 keys relative to its folder): a key ``<folder><scale key>/<chunk name>`` of a sharded
 scale is read out of its shard (gzip data decoded: unsharded chunks are stored plain),
 shard files of sharded scales are hidden, and the ``info`` is served without
-``sharding`` (:func:`~asyncshard.precomputed.volume_store.unsharded_info`).
+``sharding``, rendered by
+:func:`~asyncshard.precomputed.volume_store.unsharded_info_bytes` (the same bytes as
+:class:`~asyncshard.precomputed.volume_store.UnshardedScaleView` serves).
+
+Listing a sharded scale's folder does **not** enumerate its chunk names: that would read
+the shard index and every minishard index of every shard of the scale (thousands of
+requests for a real volume), and viewers never list chunks; they compute chunk names from
+the ``info``. The listing shows the folder's other files (shard files hidden, like a
+stray file named like a chunk) and sub-folders; the folder exists even if that is empty.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from asyncshard.precomputed.volume_store import (
     PrecomputedVolume,
     ShardedScale,
     UnshardedScaleView,
-    unsharded_info,
+    unsharded_info_bytes,
 )
 from asyncshard.ranges import ByteRange
 from asyncshard.server.unshard import Dataset
@@ -58,7 +66,8 @@ class PrecomputedDataset:
         return await self.view.head(key[len(self.folder) :])
 
     async def list_dir(self, prefix: str) -> tuple[list[str], list[str]] | None:
-        """A sharded scale's folder lists chunk names instead of shard files."""
+        """A sharded scale's folder without its shard files, and no chunk names (see the
+        module docstring): one listing of the folder, no index read."""
         scale = self.scales.get(prefix[len(self.folder) :].rstrip("/"))
         if scale is None or not prefix.endswith("/"):
             return None
@@ -70,8 +79,12 @@ class PrecomputedDataset:
             if spec.parse_shard_filename(k[len(prefix) :]) is None
             and scale.scale.parse_chunk_name(k[len(prefix) :]) is None
         ]
-        names = await scale.list_chunk_names()
-        return sorted(kept + [prefix + n for n in names]), prefixes
+        return kept, prefixes
+
+    def has_folder(self, prefix: str) -> bool:
+        """A sharded scale's folder (declared by the ``info``) exists even when it lists
+        empty: only hidden shards, or nothing written yet."""
+        return prefix.endswith("/") and prefix[len(self.folder) : -1] in self.scales
 
 
 def open_precomputed(
@@ -88,7 +101,7 @@ def open_precomputed(
         volume = PrecomputedVolume(inner, doc, path=folder.rstrip("/"), cache=cache)
         if not volume.sharded_scale_keys:
             return None
-        document = json.dumps(unsharded_info(doc), indent=2).encode()
+        document = unsharded_info_bytes(doc)
         return PrecomputedDataset(folder, volume), document
     except AsyncShardError:
         return None  # not a volume we can unshard: served as it is

@@ -16,6 +16,7 @@ and positions within the shard. Everything here is pure.
 from __future__ import annotations
 
 import copy
+import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -45,7 +46,11 @@ _DRAFT_NAMES = frozenset(
 )
 _DRAFT_NAME_FIELDS = ("name", "type", "storage_transformer", "extension")
 _SHARDING = "sharding_indexed"
-_UINT_RE = re.compile(r"0|[1-9][0-9]*")
+# Canonical non-negative decimals small enough to be real coordinates (< 10**20); longer
+# digit strings are "not a chunk key" rather than a huge int (or a ValueError past 4300).
+_UINT_RE = re.compile(r"0|[1-9][0-9]{0,19}")
+#: More inner chunks per shard than this is refused: its index alone would be 256 MiB.
+MAX_CHUNKS_PER_SHARD = 2**24
 
 KeyKind = Literal["default", "v2", "draft"]
 Separator = Literal["/", "."]
@@ -141,6 +146,12 @@ class ShardingLayout:
             raise InvalidMetadataError(
                 f"shard_shape {self.shard_shape} != chunk_shape {self.chunk_shape} * "
                 f"chunks_per_shard {self.chunks_per_shard}"
+            )
+        n_chunks = math.prod(self.chunks_per_shard)
+        if n_chunks > MAX_CHUNKS_PER_SHARD:
+            raise InvalidMetadataError(
+                f"chunks_per_shard {list(self.chunks_per_shard)}: {n_chunks} inner chunks per "
+                f"shard exceeds the supported {MAX_CHUNKS_PER_SHARD}"
             )
         if self.index.chunks_per_shard != self.chunks_per_shard:
             raise InvalidMetadataError("index.chunks_per_shard differs from chunks_per_shard")

@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -43,8 +52,6 @@ from asyncshard.store import (
     ObjectMeta,
     Store,
     apply_runs,
-    check_condition,
-    dir_prefix,
     validate_key,
     validate_prefix,
 )
@@ -53,6 +60,8 @@ from asyncshard.zarr.format import (
     chunk_slices,
     decode_index,
     decode_shard,
+    empty_index,
+    encode_index,
     encode_shard,
     index_byte_range,
 )
@@ -172,9 +181,19 @@ class ShardedStore(Store):
             for pos, _, _ in chunk_slices(table)
         ]
 
-    def _positions_in_bounds(self, shard_key: str) -> int:
+    def _covers(self, shard_key: str, positions: Collection[Position]) -> bool:
+        """Whether ``positions`` include every in-bounds chunk position of the shard.
+
+        Positions past the array edge (legal keys, but not part of the array) do not count.
+        """
         shard = self.layout.parse_shard_key(shard_key)
-        return 0 if shard is None else len(self.layout.chunks_in_shard(shard))
+        if shard is None:
+            return False
+        grid, cps = self.layout.chunk_grid_shape, self.layout.chunks_per_shard
+        extent = [max(0, min(n, g - s * n)) for s, n, g in zip(shard, cps, grid, strict=True)]
+        total = math.prod(extent)
+        inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in positions)
+        return total > 0 and inside >= total
 
     # -- the index cache ------------------------------------------------------------------
 
@@ -194,11 +213,21 @@ class ShardedStore(Store):
         return IndexCache.make_entry(table, result.meta.version, table.nbytes)
 
     def _remember(self, shard_key: str, shard: BytesLike, version: str | None) -> None:
-        """Cache the index of a shard we just wrote (no read needed)."""
+        """Cache the index of a shard we just wrote or read whole (no read needed).
+
+        Only with a version: without one, data reads could not detect a later rewrite.
+        """
+        if version is None:
+            self._forget(shard_key)
+            return
         view = memoryview(shard)
         rng = index_byte_range(self.layout.index, len(view))
         table = decode_index(view[rng.as_slice()], self.layout.index, shard_size=len(view))
         self.cache.put((self._ns, shard_key), table, version, table.nbytes)
+
+    def _empty_shard(self) -> bytes:
+        """A shard with no chunks: just an index whose entries are all empty."""
+        return encode_index(empty_index(self.layout.index), self.layout.index)
 
     def _forget(self, shard_key: str) -> None:
         self.cache.invalidate((self._ns, shard_key))
@@ -274,7 +303,12 @@ class ShardedStore(Store):
         cached index and runs once more with a fresh one.
         """
         shard_keys = {r.shard_key for r in reads}
-        return await retry_stale(lambda: self._read_chunks_once(reads), shard_keys, self._forget)
+        try:
+            return await retry_stale(
+                lambda: self._read_chunks_once(reads), shard_keys, self._forget
+            )
+        except ConditionFailed as failed:  # the caller's own condition, never a stale index
+            raise failed.error from None
 
     async def _read_chunks_once(self, reads: Sequence[_ChunkRead]) -> list[GetResult | None]:
         shard_keys = list(dict.fromkeys(r.shard_key for r in reads))
@@ -292,7 +326,7 @@ class ShardedStore(Store):
                 continue
             offset, nbytes = (int(x) for x in index.table[read.pos])
             meta = ObjectMeta(read.key, nbytes, index.version)
-            check_condition(read.key, meta, read.if_match, False)
+            check_caller_condition(read.key, meta, read.if_match, False)
             start, end = resolve(read.rng, nbytes)
             fetch.append((i, Range(offset + start, offset + end), meta))
         versions = {s: i.version for s, i in indexes.items() if i is not None and i.version}
@@ -323,8 +357,7 @@ class ShardedStore(Store):
         candidates = [
             s
             for s in shard_keys
-            if self.cache.peek((self._ns, s)) is None
-            and len(wanted[s]) >= self._positions_in_bounds(s) > 0
+            if self.cache.peek((self._ns, s)) is None and self._covers(s, wanted[s])
         ]
         results = await asyncio.gather(*(self.inner.get_object(s) for s in candidates))
         whole: dict[str, _Whole] = {}
@@ -373,7 +406,7 @@ class ShardedStore(Store):
         self.stats.requests["put"] += len(values)
         jobs: list[Awaitable[Any]] = [self.inner.set(k, v) for k, v in plain.items()]
         for shard_key, chunks in by_shard.items():
-            if len(chunks) >= self._positions_in_bounds(shard_key):
+            if self._covers(shard_key, chunks.keys()):
                 jobs.append(self._write_whole(shard_key, chunks))
             else:
                 jobs.append(
@@ -413,7 +446,7 @@ class ShardedStore(Store):
             else:
                 by_shard.setdefault(located[0], set()).add(located[1])
         self.stats.requests["delete"] += len(plain) + sum(map(len, by_shard.values()))
-        whole = [s for s, p in by_shard.items() if len(p) >= self._positions_in_bounds(s)]
+        whole = [s for s, p in by_shard.items() if self._covers(s, p)]
         jobs: list[Awaitable[Any]] = [self.inner.erase_values([*plain, *whole])]
         for shard_key in whole:
             self._forget(shard_key)
@@ -467,16 +500,32 @@ class ShardedStore(Store):
             if shard is not None:
                 self._remember(shard_key, shard, version)
 
-        return await read_merge_write(self.inner, shard_key, rebuild, written)
+        return await read_merge_write(self.inner, shard_key, rebuild, written, self._empty_shard)
 
     async def _delete(self, key: str) -> None:
         await self.erase_values([key])
 
     # -- listing --------------------------------------------------------------------------
 
-    async def _list(self, prefix: str) -> AsyncIterator[str]:
+    def _list_source(self, prefix: str) -> str:
+        """The inner prefix whose shards can hold chunk keys starting with ``prefix``.
+
+        With ``c/i/...`` keys, chunks whose first coordinate is ``i`` all live in shards
+        ``c/{i // n}/...``, so listing below a row needs only that row of shards.
+        """
         enc = self.layout.key_encoding
-        source = enc.prefix if prefix.startswith(enc.prefix) else prefix
+        if not prefix.startswith(enc.prefix):
+            return prefix
+        rest = prefix[len(enc.prefix) :]
+        if enc.kind == "default" and enc.separator == "/" and rest.startswith("c/"):
+            head, slash, _ = rest[2:].partition("/")
+            if slash and self.layout.key_encoding.decode(f"{enc.prefix}c/{head}", 1) is not None:
+                first = int(head) // self.layout.chunks_per_shard[0]
+                return f"{enc.prefix}c/{first}/"
+        return enc.prefix
+
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        source = self._list_source(prefix)
         shard_keys: list[str] = []
         async for key in self.inner.list_prefix(source):
             if self.layout.parse_shard_key(key) is not None:
@@ -505,12 +554,6 @@ class ShardedStore(Store):
         shards = [k for k in keys if self.layout.parse_shard_key(k) is not None]
         plain = [k for k in keys if self.layout.parse_shard_key(k) is None]
         return sorted(plain + await self._expand(shards)), prefixes
-
-    async def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[str]]:
-        """``(keys, prefixes)`` directly below ``prefix``, chunks listed from the indexes."""
-        prefix = dir_prefix(prefix)
-        self.stats.requests["list"] += 1
-        return await self._list_dir(prefix)
 
     async def _close(self) -> None:
         await self.inner.close()
@@ -550,7 +593,7 @@ class _Whole:
         if chunk is None:
             return None
         meta = ObjectMeta(read.key, len(chunk), self.version)
-        check_condition(read.key, meta, read.if_match, False)
+        check_caller_condition(read.key, meta, read.if_match, False)
         start, end = resolve(read.rng, len(chunk))
         return GetResult(chunk[start:end], meta)
 
