@@ -141,3 +141,17 @@ async def test_nothing_listening_is_a_quick_connection_error() -> None:
     with pytest.raises(StoreConnectionError, match="error sending request"):
         await store.get("k")
     assert time.monotonic() - start < 5
+
+
+async def test_a_body_cut_short_is_retried_as_often_as_max_retries(
+    s3_server: S3Server, proxy: FaultProxy, seeded: str
+) -> None:
+    """A body that keeps breaking off: obstore resumes it, then the store restarts the read
+    (each restart counted), and gives up with a plain StoreConnectionError."""
+    proxy.fault_rate, proxy.kinds = 1.0, ("truncate",)
+    store = s3_store_on(s3_server, seeded, endpoint=proxy.url, max_retries=2)
+    with pytest.raises(StoreConnectionError) as caught:
+        await store.get("obj/0", Range(0, 4000))
+    assert type(caught.value) is StoreConnectionError  # the private subclass stays inside
+    assert store.stats.requests["get"] == 3  # the first read and two restarts
+    assert 3 <= len(proxy.log) <= 9  # obstore's resumptions come on top: (1 + 2) ** 2
