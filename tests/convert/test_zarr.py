@@ -274,3 +274,24 @@ def test_sync_api_refuses_a_running_loop() -> None:
             shard_store("memory://", 2)
 
     asyncio.run(inner())
+
+
+async def test_manifest_rebuild_refuses_an_index_pointing_past_the_shard() -> None:
+    """Index-only reads are checked against the whole object's size, not trusted."""
+    from asyncshard.backends import MemoryStore
+    from asyncshard.convert.zarr import rebuild_manifest_async
+    from asyncshard.zarr.format import IndexLayout, empty_index, encode_index
+    from tests.zarr.helpers import array_doc
+
+    store = MemoryStore()
+    await store.set("arr/zarr.json", json.dumps(array_doc([8, 8], [8, 8], [4, 4])).encode())
+    layout = IndexLayout((2, 2))
+    index = empty_index(layout)
+    index[0, 0] = (0, 4096)  # the shard holds 16 data bytes
+    await store.set("arr/c/0/0", b"x" * 16 + encode_index(index, layout))
+    summary = await rebuild_manifest_async(store)
+    [report] = summary.arrays
+    assert report.action == "skipped"
+    assert "arr/c/0/0" in report.reason and "outside the data region" in report.reason
+    doc = json.loads(bytes(await store.get("arr/zarr.json") or b"{}"))
+    assert "nonempty_chunks" not in doc.get("attributes", {})  # no manifest built on it

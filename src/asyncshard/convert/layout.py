@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from asyncshard.ranges import ByteRange, Range, Suffix
-from asyncshard.zarr.format import IndexLayout, index_byte_range
+from asyncshard.zarr.format import IndexArray, IndexLayout, chunk_slices, index_byte_range
 from asyncshard.zarr.metadata import (
     ChunkKeyEncoding,
     Coords,
@@ -180,6 +180,15 @@ class ArrayLayout:
         if rng.start is None:
             return Suffix(rng.length)
         return Range(rng.start, rng.start + rng.length)
+
+    def present_chunks(self, shard: Coords, index: IndexArray) -> list[Coords]:
+        """Chunk coordinates of a shard that its decoded ``index`` holds, inside the array."""
+        base = tuple(s * n for s, n in zip(shard, self.cps, strict=True))
+        chunks = (
+            tuple(b + p for b, p in zip(base, pos, strict=True))
+            for pos, _, _ in chunk_slices(index)
+        )
+        return [c for c in chunks if self.chunk_in_bounds(c)]
 
     def sharding(self) -> ShardingLayout:
         """The :class:`ShardingLayout` of a sharded layout (for :class:`ShardedStore`)."""

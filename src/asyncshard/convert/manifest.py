@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, ArrayLayout
+from asyncshard.convert.tasks import read_present_chunks
 from asyncshard.store import Store
-from asyncshard.zarr.format import chunk_slices, decode_index
 from asyncshard.zarr.metadata import Coords
 
 __all__ = ["manifest_keys", "manifest_of", "stored_chunks", "with_manifest"]
@@ -62,23 +62,11 @@ async def stored_chunks(store: Store, layout: ArrayLayout) -> list[Coords]:
             objects.append(coords)
     if not layout.sharded:
         return sorted(objects)
-    assert layout.index is not None
-    index_layout = layout.index
     limit = asyncio.Semaphore(_READ_CONCURRENCY)
 
     async def chunks_of(shard: Coords) -> list[Coords]:
-        key = layout.object_key(shard)
         async with limit:
-            result = await store.get_object(key, layout.index_request())
-        if result is None:
-            return []
-        index = decode_index(result.data, index_layout, key=key)
-        base = tuple(s * n for s, n in zip(shard, layout.cps, strict=True))
-        chunks = (
-            tuple(b + p for b, p in zip(base, pos, strict=True))
-            for pos, _, _ in chunk_slices(index)
-        )
-        return [c for c in chunks if layout.chunk_in_bounds(c)]
+            return (await read_present_chunks(store, layout, shard))[0]
 
     found = await asyncio.gather(*(chunks_of(s) for s in objects))
     return sorted(c for chunks in found for c in chunks)

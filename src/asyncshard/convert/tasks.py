@@ -19,7 +19,6 @@ from asyncshard.convert.plan import Task
 from asyncshard.convert.report import TaskResult
 from asyncshard.store import Data, Store
 from asyncshard.zarr.format import (
-    chunk_slices,
     decode_index,
     decode_shard,
     encode_shard,
@@ -119,23 +118,8 @@ class ZarrExecutor:
 
     # -- splitting one source shard ---------------------------------------------------
 
-    def _chunks_of(self, layout: ArrayLayout, shard: Coords, index: Any) -> list[Coords]:
-        base = tuple(s * n for s, n in zip(shard, layout.cps, strict=True))
-        out = []
-        for pos, _, _ in chunk_slices(index):
-            chunk = tuple(b + p for b, p in zip(base, pos, strict=True))
-            if layout.chunk_in_bounds(chunk):
-                out.append(chunk)
-        return out
-
     async def _read_index(self, layout: ArrayLayout, obj: Coords) -> tuple[list[Coords], int]:
-        assert layout.index is not None
-        key = layout.object_key(obj)
-        result = await self.store.get_object(key, layout.index_request())
-        if result is None:
-            return [], 0
-        index = decode_index(result.data, layout.index, key=key)
-        return self._chunks_of(layout, obj, index), len(result.data)
+        return await read_present_chunks(self.store, layout, obj)
 
     async def _unpack(self, task: Task) -> TaskResult:
         (shard,) = task.sources
@@ -179,7 +163,7 @@ class ZarrExecutor:
             index = decode_index(
                 memoryview(buf)[rng.as_slice()], self.src.index, shard_size=len(buf)
             )
-            chunks = tuple(self._chunks_of(self.src, obj, index))
+            chunks = tuple(self.src.present_chunks(obj, index))
         else:
             chunks = (obj,)
         await self.store.set(self.dst.object_key(task.target), buf)
@@ -191,3 +175,20 @@ class ZarrExecutor:
             return TaskResult(1, 0, 0, 0, (task.target,), resumed=True)
         chunks, nread = await self._read_index(self.dst, task.target)
         return TaskResult(len(chunks), 0, nread, 0, tuple(chunks), resumed=True)
+
+
+async def read_present_chunks(
+    store: Store, layout: ArrayLayout, shard: Coords
+) -> tuple[list[Coords], int]:
+    """The chunks a shard holds (from its index alone) and the bytes read to know it.
+
+    The index is validated against the whole object's size, so an entry pointing past
+    the end of the shard is a ``CorruptShardError`` here, not a surprise later.
+    """
+    assert layout.index is not None
+    key = layout.object_key(shard)
+    result = await store.get_object(key, layout.index_request())
+    if result is None:
+        return [], 0
+    index = decode_index(result.data, layout.index, shard_size=result.meta.size, key=key)
+    return layout.present_chunks(shard, index), len(result.data)
