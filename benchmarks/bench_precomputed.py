@@ -47,9 +47,9 @@ import tensorstore as ts
 
 from asyncshard.backends import open_store
 from asyncshard.cache import IndexCache
-from asyncshard.precomputed.spec import ShardingSpec
-from asyncshard.precomputed.store import Uint64ShardedStore
-from asyncshard.precomputed.volume import Scale
+from asyncshard.formats.precomputed.spec import ShardingSpec
+from asyncshard.formats.precomputed.volume import Scale
+from asyncshard.sharding.precomputed import Uint64ShardedStore
 from asyncshard.store import Store
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server, start_moto

@@ -29,7 +29,7 @@ import zarr.storage
 
 from asyncshard.backends import open_store
 from asyncshard.cache import IndexCache
-from asyncshard.zarr.store import ShardedStore
+from asyncshard.sharding.zarr import ShardedStore
 
 SHAPE, SHARD, CHUNK = (256, 256, 128), (128, 128, 128), (32, 32, 32)
 

@@ -21,8 +21,8 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
+from asyncshard.sharding.zarr import ShardedStore, open_sharded
 from asyncshard.store import GetResult, ObjectMeta, Store, StoreStats
-from asyncshard.zarr.store import ShardedStore, open_sharded
 
 try:
     __version__ = version("asyncshard")

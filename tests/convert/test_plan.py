@@ -17,7 +17,7 @@ from asyncshard.convert.plan import (
     plan_passes,
     resolve_target,
 )
-from asyncshard.zarr.metadata import is_sharded
+from asyncshard.formats.zarr3.metadata import is_sharded
 
 ENCODINGS = [Encoding(k, s) for k in ("default", "v2") for s in ("/", ".")]
 

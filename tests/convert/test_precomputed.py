@@ -19,8 +19,8 @@ from asyncshard.convert import (
     unshard_precomputed,
 )
 from asyncshard.convert.journal import JOURNAL_NAME
-from asyncshard.precomputed.format import shard_index_nbytes
-from asyncshard.precomputed.volume import Scale, VolumeInfo
+from asyncshard.formats.precomputed.shard import shard_index_nbytes
+from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
 from tests.convert.helpers import Crash, CrashingStore, snapshot
 
 ts = pytest.importorskip("tensorstore")

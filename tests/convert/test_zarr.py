@@ -280,7 +280,7 @@ async def test_manifest_rebuild_refuses_an_index_pointing_past_the_shard() -> No
     """Index-only reads are checked against the whole object's size, not trusted."""
     from asyncshard.backends import MemoryStore
     from asyncshard.convert.zarr import rebuild_manifest_async
-    from asyncshard.zarr.format import IndexLayout, empty_index, encode_index
+    from asyncshard.formats.zarr3.shard import IndexLayout, empty_index, encode_index
     from tests.zarr.helpers import array_doc
 
     store = MemoryStore()

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncshard.errors import AsyncShardError, CorruptShardError
-from asyncshard.precomputed.format import (
+from asyncshard.formats.precomputed.shard import (
     BytesLike,
     build_shard,
     build_shards,
@@ -28,7 +28,7 @@ from asyncshard.precomputed.format import (
     minishard_index_range,
     shard_index_nbytes,
 )
-from asyncshard.precomputed.spec import ShardingSpec
+from asyncshard.formats.precomputed.spec import ShardingSpec
 
 U64 = st.integers(0, 2**64 - 1)
 ENCODINGS = ["raw", "gzip"]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.precomputed.spec import (
+from asyncshard.formats.precomputed.spec import (
     ShardingSpec,
     compressed_morton_bits,
     compressed_morton_code,

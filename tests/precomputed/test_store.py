@@ -27,7 +27,7 @@ from asyncshard.errors import (
     InvalidMetadataError,
     ReadOnlyError,
 )
-from asyncshard.precomputed.format import (
+from asyncshard.formats.precomputed.shard import (
     build_shard,
     decode_minishard_index,
     decode_shard_index,
@@ -35,15 +35,15 @@ from asyncshard.precomputed.format import (
     minishard_index_range,
     shard_index_nbytes,
 )
-from asyncshard.precomputed.spec import ShardingSpec
-from asyncshard.precomputed.store import Uint64ShardedStore, parse_chunk_key
-from asyncshard.precomputed.volume_store import (
+from asyncshard.formats.precomputed.spec import ShardingSpec
+from asyncshard.ranges import Offset, Range, Suffix, coalesce
+from asyncshard.sharding.precomputed import Uint64ShardedStore, parse_chunk_key
+from asyncshard.sharding.volume import (
     PrecomputedVolume,
     ShardedScale,
     UnshardedScaleView,
     unsharded_info,
 )
-from asyncshard.ranges import Offset, Range, Suffix, coalesce
 from asyncshard.store import BytesLike, Store
 
 ENCODINGS = ["raw", "gzip"]

@@ -24,10 +24,10 @@ import pytest
 
 from asyncshard.backends import LocalStore
 from asyncshard.cache import IndexCache
-from asyncshard.precomputed.spec import ShardingSpec
-from asyncshard.precomputed.store import Uint64ShardedStore
-from asyncshard.precomputed.volume import Scale
-from asyncshard.precomputed.volume_store import PrecomputedVolume, UnshardedScaleView
+from asyncshard.formats.precomputed.spec import ShardingSpec
+from asyncshard.formats.precomputed.volume import Scale
+from asyncshard.sharding.precomputed import Uint64ShardedStore
+from asyncshard.sharding.volume import PrecomputedVolume, UnshardedScaleView
 from asyncshard.store import Store
 from tests.servers import fixtures as server_fixtures
 from tests.servers.fixtures import s3_store_on, unique_prefix

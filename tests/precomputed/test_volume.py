@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.precomputed.format import (
+from asyncshard.formats.precomputed.shard import (
     build_shards,
     decode_chunk_data,
     decode_minishard_index,
@@ -21,8 +21,8 @@ from asyncshard.precomputed.format import (
     minishard_index_range,
     shard_index_nbytes,
 )
-from asyncshard.precomputed.spec import ShardingSpec
-from asyncshard.precomputed.volume import Scale, VolumeInfo
+from asyncshard.formats.precomputed.spec import ShardingSpec
+from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
 
 SHARDING = {
     "@type": "neuroglancer_uint64_sharded_v1",

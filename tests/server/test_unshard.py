@@ -15,7 +15,6 @@ import pytest
 import tensorstore as ts
 
 from asyncshard.backends import LocalStore
-from asyncshard.precomputed.volume_store import UnshardedScaleView, unsharded_info_bytes
 from asyncshard.ranges import ByteRange
 from asyncshard.server.app import make_app
 from asyncshard.server.demo import (
@@ -25,8 +24,9 @@ from asyncshard.server.demo import (
     ZARR_PATH,
     demo_volume,
 )
-from asyncshard.server.unshard import DEFAULT_MAX_DEPTH, UnshardedView, ZarrDataset
+from asyncshard.sharding.volume import UnshardedScaleView, unsharded_info_bytes
 from asyncshard.store import GetResult
+from asyncshard.views.unsharded import DEFAULT_MAX_DEPTH, UnshardedView, ZarrDataset
 from tests.server.conftest import Served, ServeFactory, running
 
 VOLUME = demo_volume()

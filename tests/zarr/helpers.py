@@ -6,8 +6,8 @@ import json
 from typing import Any, Literal
 
 from asyncshard.cache import IndexCache
+from asyncshard.sharding.zarr import ShardedStore
 from asyncshard.store import Store
-from asyncshard.zarr.store import ShardedStore
 
 
 def array_doc(

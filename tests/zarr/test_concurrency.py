@@ -7,7 +7,7 @@ import json
 
 from asyncshard.backends import open_store
 from asyncshard.cache import IndexCache
-from asyncshard.zarr.store import ShardedStore
+from asyncshard.sharding.zarr import ShardedStore
 from tests.servers.fixtures import unique_prefix
 from tests.servers.s3 import S3Server
 from tests.zarr.helpers import array_doc

@@ -1,4 +1,4 @@
-"""Tests for asyncshard.zarr.format: index and shard encoding, validation, oracles."""
+"""Tests for asyncshard.formats.zarr3.shard: index and shard encoding, validation, oracles."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.errors import AsyncShardError, ChecksumError, CorruptShardError
-from asyncshard.zarr.format import (
+from asyncshard.formats.zarr3.metadata import ShardingLayout, parse_zarr3_array
+from asyncshard.formats.zarr3.shard import (
     EMPTY,
     IndexLayout,
     IndexRange,
@@ -32,7 +33,6 @@ from asyncshard.zarr.format import (
     morton_order,
     present_mask,
 )
-from asyncshard.zarr.metadata import ShardingLayout, parse_zarr3_array
 from tests.zarr.helpers import array_doc
 
 Location = Literal["start", "end"]

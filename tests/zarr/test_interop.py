@@ -25,8 +25,8 @@ import zarr.storage
 
 from asyncshard.backends import LocalStore, open_store
 from asyncshard.cache import IndexCache
+from asyncshard.sharding.zarr import ShardedStore
 from asyncshard.store import Store
-from asyncshard.zarr.store import ShardedStore
 from tests.servers.fixtures import unique_prefix
 from tests.servers.s3 import S3Server
 from tests.zarr.helpers import array_doc

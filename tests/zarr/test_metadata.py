@@ -1,4 +1,4 @@
-"""Tests for asyncshard.zarr.metadata: parsing, key translation, metadata conversion."""
+"""Tests for asyncshard.formats.zarr3.metadata: parsing, key translation, metadata conversion."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.zarr.format import IndexLayout, decode_shard, encode_shard
-from asyncshard.zarr.metadata import (
+from asyncshard.formats.zarr3.metadata import (
     DRAFT_SHARDING_URI,
     ChunkKeyEncoding,
     ShardingLayout,
@@ -24,6 +23,7 @@ from asyncshard.zarr.metadata import (
     sharded_metadata,
     unsharded_metadata,
 )
+from asyncshard.formats.zarr3.shard import IndexLayout, decode_shard, encode_shard
 from tests.zarr.test_format import sample, sharded_zarr_json
 
 # --------------------------------------------------------------------------- fixtures

@@ -23,10 +23,10 @@ from asyncshard.errors import (
     CorruptShardError,
     InvalidMetadataError,
 )
+from asyncshard.formats.zarr3.shard import IndexLayout, empty_index, encode_index, encode_shard
 from asyncshard.ranges import Range
+from asyncshard.sharding.zarr import ShardedStore, open_sharded
 from asyncshard.store import Store
-from asyncshard.zarr.format import IndexLayout, empty_index, encode_index, encode_shard
-from asyncshard.zarr.store import ShardedStore, open_sharded
 from tests.zarr.helpers import array_doc, chunk_bytes, sharded
 
 # 2-D array 40x40, shards 16x16, inner chunks 4x4 -> 4x4 chunks per shard, 3x3 shards

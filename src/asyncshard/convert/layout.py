@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from asyncshard.ranges import ByteRange, Range, Suffix
-from asyncshard.zarr.format import IndexArray, IndexLayout, chunk_slices, index_byte_range
-from asyncshard.zarr.metadata import (
+from asyncshard.formats.zarr3.metadata import (
     ChunkKeyEncoding,
     Coords,
     ShardingLayout,
@@ -28,6 +26,8 @@ from asyncshard.zarr.metadata import (
     sharded_metadata,
     unsharded_metadata,
 )
+from asyncshard.formats.zarr3.shard import IndexArray, IndexLayout, chunk_slices, index_byte_range
+from asyncshard.ranges import ByteRange, Range, Suffix
 
 __all__ = [
     "MANIFEST_ATTRIBUTE",
@@ -219,7 +219,7 @@ def read_layout(doc: Mapping[str, Any], prefix: str = "") -> ArrayLayout:
     """The layout of a Zarr v3 array document; ``InvalidMetadataError`` if unsupported.
 
     Supported: a regular chunk grid, ``default`` or ``v2`` keys, and either no sharding
-    or ``sharding_indexed`` as the only codec (what :mod:`asyncshard.zarr.metadata`
+    or ``sharding_indexed`` as the only codec (what :mod:`asyncshard.formats.zarr3.metadata`
     parses).
     """
     if is_sharded(doc):

@@ -19,8 +19,8 @@ from typing import Any
 
 from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, ArrayLayout
 from asyncshard.convert.tasks import read_present_chunks
+from asyncshard.formats.zarr3.metadata import Coords
 from asyncshard.store import Store
-from asyncshard.zarr.metadata import Coords
 
 __all__ = ["manifest_keys", "manifest_of", "stored_chunks", "with_manifest"]
 

@@ -29,7 +29,7 @@ from asyncshard.convert.layout import (
     read_layout,
     retarget,
 )
-from asyncshard.zarr.metadata import Coords
+from asyncshard.formats.zarr3.metadata import Coords
 
 __all__ = [
     "Request",

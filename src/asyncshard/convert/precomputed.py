@@ -7,7 +7,7 @@ its ``sharding``), then the old files are deleted. The journal
 (:mod:`asyncshard.convert.journal`, in the scale folder) makes interrupted runs resume.
 Chunk bytes are moved verbatim (gzip applied or removed only if the sharding spec's
 ``data_encoding`` is ``gzip``). Shards are built with the pure
-:func:`~asyncshard.precomputed.format.build_shard`, one task per shard.
+:func:`~asyncshard.formats.precomputed.shard.build_shard`, one task per shard.
 
 Default sharding (:func:`default_sharding`), following the principles Neuroglancer's
 and igneous' guidance gives (few shard files of bounded size, small indexes):
@@ -55,7 +55,7 @@ from asyncshard.convert.session import (
     write_json,
 )
 from asyncshard.errors import ConversionError, InvalidMetadataError
-from asyncshard.precomputed.format import (
+from asyncshard.formats.precomputed.shard import (
     build_shard,
     decode_chunk_data,
     decode_minishard_index,
@@ -63,8 +63,8 @@ from asyncshard.precomputed.format import (
     minishard_index_range,
     shard_index_nbytes,
 )
-from asyncshard.precomputed.spec import ShardingSpec
-from asyncshard.precomputed.volume import Scale, VolumeInfo
+from asyncshard.formats.precomputed.spec import ShardingSpec
+from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
 from asyncshard.store import Store
 
 __all__ = [

@@ -17,15 +17,15 @@ from asyncshard.cache import IndexCache
 from asyncshard.convert.layout import ArrayLayout, read_layout
 from asyncshard.convert.plan import Task
 from asyncshard.convert.report import TaskResult
-from asyncshard.store import Data, Store
-from asyncshard.zarr.format import (
+from asyncshard.formats.zarr3.metadata import Coords
+from asyncshard.formats.zarr3.shard import (
     decode_index,
     decode_shard,
     encode_shard,
     index_byte_range,
 )
-from asyncshard.zarr.metadata import Coords
-from asyncshard.zarr.store import ShardedStore
+from asyncshard.sharding.zarr import ShardedStore
+from asyncshard.store import Data, Store
 
 __all__ = ["ZarrExecutor", "ZarrPass"]
 

@@ -92,8 +92,8 @@ from asyncshard.convert.session import (
 )
 from asyncshard.convert.tasks import ZarrPass
 from asyncshard.errors import ConversionError, InvalidMetadataError
+from asyncshard.formats.zarr3.metadata import Coords
 from asyncshard.store import Store
-from asyncshard.zarr.metadata import Coords
 
 __all__ = [
     "convert_store",

@@ -68,7 +68,6 @@ from asyncshard.server.ranges import (
     satisfiable_ranges,
     unsatisfied_range,
 )
-from asyncshard.server.unshard import UnshardedView
 from asyncshard.server.validators import (
     etag_for,
     evaluate_preconditions,
@@ -76,6 +75,7 @@ from asyncshard.server.validators import (
     if_range_holds,
 )
 from asyncshard.store import GetResult, ObjectMeta, Store
+from asyncshard.views.unsharded import UnshardedView
 
 log = logging.getLogger("asyncshard.server")
 
@@ -524,7 +524,7 @@ def make_app(
             ``""`` sends no CORS headers.
         cache_control: ``Cache-Control`` of objects (``None``: none sent).
         unshard: serve sharded Zarr arrays and precomputed volumes as unsharded
-            (:class:`~asyncshard.server.unshard.UnshardedView`); read-only.
+            (:class:`~asyncshard.views.unsharded.UnshardedView`); read-only.
         cache_bytes: the shard-index cache of the unsharded view.
         writable, token: accept ``PUT``/``DELETE`` with ``Authorization: Bearer <token>``.
         piece_size: largest single store read while streaming a body.

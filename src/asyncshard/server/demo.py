@@ -27,11 +27,11 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.backends.local import LocalStore
-from asyncshard.precomputed.format import build_shards
-from asyncshard.precomputed.spec import ShardingSpec
-from asyncshard.precomputed.volume import VolumeInfo
-from asyncshard.zarr.metadata import parse_zarr3_array
-from asyncshard.zarr.store import ShardedStore
+from asyncshard.formats.precomputed.shard import build_shards
+from asyncshard.formats.precomputed.spec import ShardingSpec
+from asyncshard.formats.precomputed.volume import VolumeInfo
+from asyncshard.formats.zarr3.metadata import parse_zarr3_array
+from asyncshard.sharding.zarr import ShardedStore
 
 #: Volume shape in ``z, y, x`` order (the Zarr array's shape).
 SHAPE_ZYX = (128, 256, 256)

@@ -52,7 +52,7 @@ import numpy as np
 
 from asyncshard.cache import CacheEntry, IndexCache, default_cache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
-from asyncshard.precomputed.format import (
+from asyncshard.formats.precomputed.shard import (
     MinishardIndex,
     build_shard,
     decode_chunk_data,
@@ -61,9 +61,9 @@ from asyncshard.precomputed.format import (
     minishard_index_range,
     shard_index_nbytes,
 )
-from asyncshard.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
+from asyncshard.formats.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
 from asyncshard.ranges import ByteRange, Range, resolve
-from asyncshard.sharding_common import (
+from asyncshard.sharding.common import (
     ConditionFailed,
     check_caller_condition,
     new_namespace,
@@ -201,7 +201,7 @@ class Uint64ShardedStore(Store):
         """Open the sharded directory ``path`` from its ``info`` (its ``sharding`` member).
 
         This is how mesh, skeleton and annotation-by-id directories are opened; volume
-        scales are opened with :class:`~asyncshard.precomputed.volume_store.PrecomputedVolume`.
+        scales are opened with :class:`~asyncshard.sharding.volume.PrecomputedVolume`.
         """
         path = path.strip("/")
         info_key = f"{path}/info" if path else "info"

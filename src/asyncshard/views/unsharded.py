@@ -6,10 +6,10 @@ array (``zarr.json`` with ``sharding_indexed``) or a precomputed volume with sha
 scales (``info``):
 
 * **Zarr v3**: the array's ``zarr.json`` is served rewritten by
-  :func:`~asyncshard.zarr.metadata.unsharded_metadata` (inner chunks become the chunks,
+  :func:`~asyncshard.formats.zarr3.metadata.unsharded_metadata` (inner chunks become the chunks,
   the sharding codec's inner codecs become the codecs), and a chunk key is answered with
   the inner chunk of that name, read out of its shard by a
-  :class:`~asyncshard.zarr.store.ShardedStore`. Shard and chunk keys share one syntax, so
+  :class:`~asyncshard.sharding.zarr.ShardedStore`. Shard and chunk keys share one syntax, so
   the raw shards are hidden by the virtual chunks.
 * **Precomputed**: the volume's ``info`` is served without ``sharding`` and each sharded
   scale answers the unsharded chunk names ``x0-x1_y0-y1_z0-z1``.
@@ -29,7 +29,7 @@ A key that a dataset cannot even parse (a number no ``int()`` converts, say) ans
 
 Listings of a precomputed sharded scale's folder do not enumerate chunk names (that
 would read every shard and minishard index of the scale); see
-:mod:`~asyncshard.server.unshard_precomputed`.
+:mod:`~asyncshard.views.precomputed`.
 
 All sharded readers share one :class:`~asyncshard.cache.IndexCache` (the server's
 ``--cache-bytes``). What a folder holds is remembered for ``metadata_ttl`` seconds
@@ -57,10 +57,10 @@ from cachetools import LRUCache
 
 from asyncshard.cache import IndexCache
 from asyncshard.errors import AsyncShardError, ConflictError, InvalidKeyError, ReadOnlyError
+from asyncshard.formats.zarr3.metadata import is_sharded, parse_zarr3_array, unsharded_metadata
 from asyncshard.ranges import ByteRange, resolve
+from asyncshard.sharding.zarr import ShardedStore
 from asyncshard.store import GetResult, ObjectMeta, Store
-from asyncshard.zarr.metadata import is_sharded, parse_zarr3_array, unsharded_metadata
-from asyncshard.zarr.store import ShardedStore
 
 VERSION_PREFIX = "unshard:"
 DEFAULT_METADATA_TTL = 60.0
@@ -226,7 +226,7 @@ def open_zarr(
 def _open_precomputed(
     inner: Store, folder: str, raw: bytes, cache: IndexCache
 ) -> tuple[Dataset, bytes] | None:
-    from asyncshard.server.unshard_precomputed import open_precomputed
+    from asyncshard.views.precomputed import open_precomputed
 
     return open_precomputed(inner, folder, raw, cache)
 

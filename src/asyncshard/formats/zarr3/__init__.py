@@ -4,7 +4,16 @@
 ``zarr.json`` or draft metadata into a :class:`ShardingLayout` that translates keys.
 """
 
-from asyncshard.zarr.format import (
+from asyncshard.formats.zarr3.metadata import (
+    ChunkKeyEncoding,
+    ShardingLayout,
+    is_sharded,
+    parse_draft_transformer,
+    parse_zarr3_array,
+    sharded_metadata,
+    unsharded_metadata,
+)
+from asyncshard.formats.zarr3.shard import (
     EMPTY,
     IndexLayout,
     IndexRange,
@@ -17,15 +26,6 @@ from asyncshard.zarr.format import (
     index_byte_range,
     morton_order,
     present_mask,
-)
-from asyncshard.zarr.metadata import (
-    ChunkKeyEncoding,
-    ShardingLayout,
-    is_sharded,
-    parse_draft_transformer,
-    parse_zarr3_array,
-    sharded_metadata,
-    unsharded_metadata,
 )
 
 __all__ = [

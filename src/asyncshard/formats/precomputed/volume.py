@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.precomputed.spec import (
+from asyncshard.formats.precomputed.spec import (
     ShardingSpec,
     U64Array,
     compressed_morton_bits,

@@ -4,7 +4,7 @@
   :meth:`PrecomputedVolume.scale` gives a :class:`ShardedScale`, which reads and writes
   chunks by their unsharded name ``x0-x1_y0-y1_z0-z1`` (clipped at the volume edge,
   offset by ``voxel_offset``), translated to compressed Morton chunk ids of a
-  :class:`~asyncshard.precomputed.store.Uint64ShardedStore`.
+  :class:`~asyncshard.sharding.precomputed.Uint64ShardedStore`.
 * :class:`UnshardedScaleView` is a read-only Store over a whole volume that presents its
   sharded scales as unsharded: ``info`` without ``sharding`` (:func:`unsharded_info`,
   rendered by :func:`unsharded_info_bytes`, as the server's ``--unshard`` also does),
@@ -26,11 +26,11 @@ from typing import Any
 
 from asyncshard.cache import IndexCache
 from asyncshard.errors import InvalidKeyError, InvalidMetadataError
-from asyncshard.precomputed.spec import as_uint64_array
-from asyncshard.precomputed.store import Uint64ShardedStore, with_key
-from asyncshard.precomputed.volume import Scale, VolumeInfo
+from asyncshard.formats.precomputed.spec import as_uint64_array
+from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
 from asyncshard.ranges import ByteRange, resolve
-from asyncshard.sharding_common import read_json
+from asyncshard.sharding.common import read_json
+from asyncshard.sharding.precomputed import Uint64ShardedStore, with_key
 from asyncshard.store import (
     BytesLike,
     Data,

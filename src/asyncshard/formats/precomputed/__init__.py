@@ -5,7 +5,7 @@
 - :mod:`.volume`: the volume ``info`` file, chunk names and chunk ids of a scale.
 """
 
-from asyncshard.precomputed.format import (
+from asyncshard.formats.precomputed.shard import (
     MinishardIndex,
     build_shard,
     build_shards,
@@ -16,12 +16,12 @@ from asyncshard.precomputed.format import (
     minishard_index_range,
     shard_index_nbytes,
 )
-from asyncshard.precomputed.spec import (
+from asyncshard.formats.precomputed.spec import (
     ShardingSpec,
     compressed_morton_code,
     decode_compressed_morton,
 )
-from asyncshard.precomputed.volume import Scale, VolumeInfo
+from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
 
 __all__ = [
     "MinishardIndex",

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.zarr.format import IndexLayout
+from asyncshard.formats.zarr3.shard import IndexLayout
 
 __all__ = [
     "DRAFT_SHARDING_URI",

@@ -33,11 +33,28 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from asyncshard.batching import Batcher
 from asyncshard.cache import CacheEntry, IndexCache, default_cache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
+from asyncshard.formats.zarr3.metadata import (
+    Coords,
+    ShardingLayout,
+    is_sharded,
+    parse_draft_transformer,
+    parse_zarr3_array,
+)
+from asyncshard.formats.zarr3.shard import (
+    EMPTY,
+    chunk_slices,
+    decode_index,
+    decode_shard,
+    empty_index,
+    encode_index,
+    encode_shard,
+    index_byte_range,
+)
 from asyncshard.ranges import ByteRange, Range, Suffix, resolve
-from asyncshard.sharding_common import (
+from asyncshard.sharding.batching import Batcher
+from asyncshard.sharding.common import (
     ConditionFailed,
     check_caller_condition,
     new_namespace,
@@ -54,23 +71,6 @@ from asyncshard.store import (
     apply_runs,
     validate_key,
     validate_prefix,
-)
-from asyncshard.zarr.format import (
-    EMPTY,
-    chunk_slices,
-    decode_index,
-    decode_shard,
-    empty_index,
-    encode_index,
-    encode_shard,
-    index_byte_range,
-)
-from asyncshard.zarr.metadata import (
-    Coords,
-    ShardingLayout,
-    is_sharded,
-    parse_draft_transformer,
-    parse_zarr3_array,
 )
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import CorruptShardError
-from asyncshard.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
+from asyncshard.formats.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
 
 __all__ = [
     "DEFAULT_MAX_CHUNK_NBYTES",

@@ -1,12 +1,12 @@
 """The precomputed half of the unsharded view: a volume's sharded scales by chunk name.
 
-Built on :class:`~asyncshard.precomputed.volume_store.UnshardedScaleView` (one volume,
+Built on :class:`~asyncshard.sharding.volume.UnshardedScaleView` (one volume,
 keys relative to its folder): a key ``<folder><scale key>/<chunk name>`` of a sharded
 scale is read out of its shard (gzip data decoded: unsharded chunks are stored plain),
 shard files of sharded scales are hidden, and the ``info`` is served without
 ``sharding``, rendered by
-:func:`~asyncshard.precomputed.volume_store.unsharded_info_bytes` (the same bytes as
-:class:`~asyncshard.precomputed.volume_store.UnshardedScaleView` serves).
+:func:`~asyncshard.sharding.volume.unsharded_info_bytes` (the same bytes as
+:class:`~asyncshard.sharding.volume.UnshardedScaleView` serves).
 
 Listing a sharded scale's folder does **not** enumerate its chunk names: that would read
 the shard index and every minishard index of every shard of the scale (thousands of
@@ -21,15 +21,15 @@ import json
 
 from asyncshard.cache import IndexCache
 from asyncshard.errors import AsyncShardError
-from asyncshard.precomputed.volume_store import (
+from asyncshard.ranges import ByteRange
+from asyncshard.sharding.volume import (
     PrecomputedVolume,
     ShardedScale,
     UnshardedScaleView,
     unsharded_info_bytes,
 )
-from asyncshard.ranges import ByteRange
-from asyncshard.server.unshard import Dataset
 from asyncshard.store import GetResult, ObjectMeta, Store
+from asyncshard.views.unsharded import Dataset
 
 
 class PrecomputedDataset:

@@ -1,0 +1,1 @@
+"""Sharded formats as Stores wrapping any Store: inner chunks as keys."""

@@ -1,0 +1,1 @@
+"""Read-only views of a store: sharded datasets presented unsharded."""
