@@ -29,7 +29,7 @@ import zarr.storage
 
 from asyncshard.backends import open_store
 from asyncshard.cache import IndexCache
-from asyncshard.sharding.zarr import ShardedStore
+from asyncshard.sharding.zarr import ZarrShardedStore
 
 SHAPE, SHARD, CHUNK = (256, 256, 128), (128, 128, 128), (32, 32, 32)
 
@@ -99,7 +99,7 @@ async def bounded(limit: int, jobs: list[Callable[[], Awaitable[Any]]]) -> None:
 
 
 async def asyncshard_client(base: str, chunks: list[tuple[int, ...]], limit: int) -> Any:
-    store = await ShardedStore.open(open_store(base), "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(open_store(base), "arr", cache=IndexCache())
     keys = [store.layout.chunk_key(c) for c in chunks]
 
     async def read() -> None:

@@ -44,20 +44,23 @@ async def test_lru_charged_by_bytes() -> None:
     assert cache.peek("c") is not None
 
 
-async def test_missing_objects_are_remembered_briefly() -> None:
-    cache = IndexCache(missing_ttl=0.05)
+async def test_entries_age_until_touched() -> None:
+    cache = IndexCache()
     calls: list[str] = []
 
     async def load_missing() -> CacheEntry:
         calls.append("m")
         return IndexCache.make_entry(None, None, 0)
 
-    assert (await cache.get("m", load_missing)).missing
-    assert (await cache.get("m", load_missing)).missing
-    assert calls == ["m"]
-    await asyncio.sleep(0.06)
-    await cache.get("m", load_missing)
-    assert calls == ["m", "m"]
+    first = await cache.get("m", load_missing)
+    assert first.missing and (await cache.get("m", load_missing)) is first
+    assert calls == ["m"]  # the cache never expires entries itself
+    await asyncio.sleep(0.02)
+    cache.touch("m", first)
+    touched = cache.peek("m")
+    assert touched is not None and touched.loaded_at > first.loaded_at
+    cache.touch("m", first)  # no longer the cached entry: nothing happens
+    assert cache.peek("m") is touched
 
 
 async def test_failed_load_reaches_every_waiter_and_is_not_cached() -> None:

@@ -12,6 +12,7 @@ from asyncshard.errors import (
     InvalidKeyError,
     InvalidMetadataError,
     InvalidRangeError,
+    PartialWriteError,
     ReadOnlyError,
     StoreBackendError,
     StoreConfigError,
@@ -21,8 +22,15 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
-from asyncshard.sharding.zarr import ShardedStore, open_sharded
+from asyncshard.sharding import (
+    PrecomputedVolume,
+    ShardedAdapter,
+    Uint64ShardedStore,
+    ZarrShardedStore,
+    open_sharded,
+)
 from asyncshard.store import GetResult, ObjectMeta, Store, StoreStats
+from asyncshard.views import UnshardedView
 
 try:
     __version__ = version("asyncshard")
@@ -44,9 +52,11 @@ __all__ = [
     "MemoryStore",
     "ObjectMeta",
     "Offset",
+    "PartialWriteError",
+    "PrecomputedVolume",
     "Range",
     "ReadOnlyError",
-    "ShardedStore",
+    "ShardedAdapter",
     "Store",
     "StoreBackendError",
     "StoreConfigError",
@@ -54,8 +64,11 @@ __all__ = [
     "StorePermissionError",
     "StoreStats",
     "Suffix",
+    "Uint64ShardedStore",
     "UnknownSchemeError",
+    "UnshardedView",
     "UnsupportedOperationError",
+    "ZarrShardedStore",
     "__version__",
     "open_sharded",
     "open_store",

@@ -9,14 +9,14 @@ store is given its own. Properties:
 * **Single-flight**: concurrent misses for one key make one load; the others await it.
 * **Versioned**: an entry carries the version of the object it was decoded from, so a
   reader can condition its data reads on it and drop the entry when it is stale.
-* **Missing objects** are remembered for ``missing_ttl`` seconds only, so a shard that
-  another process writes later is found soon after (writes through a sharded store
-  invalidate the entry at once).
+* **Aged**: an entry knows when it was loaded (or last confirmed with :meth:`touch`), so
+  its user can decide when to revalidate it; the cache itself never expires entries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -26,7 +26,6 @@ from typing import Any
 from cachetools import LRUCache
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
-DEFAULT_MISSING_TTL = 1.0
 _ENTRY_OVERHEAD = 200  # bytes charged per entry beyond its payload
 
 
@@ -61,11 +60,8 @@ class CacheStats:
 class IndexCache:
     """Byte-charged LRU of decoded indexes with single-flight loads."""
 
-    def __init__(
-        self, max_bytes: int = DEFAULT_CACHE_BYTES, *, missing_ttl: float = DEFAULT_MISSING_TTL
-    ) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self.missing_ttl = missing_ttl
         self.stats = CacheStats()
         self._lru: LRUCache[Hashable, CacheEntry] = LRUCache(max_bytes, getsizeof=_entry_size)
         self._lock = threading.Lock()
@@ -81,16 +77,15 @@ class IndexCache:
         return len(self._lru)
 
     def peek(self, key: Hashable) -> CacheEntry | None:
-        """The fresh entry for ``key`` if cached, without loading."""
+        """The entry for ``key`` if cached, without loading."""
         with self._lock:
-            entry = self._lru.get(key)
-        if entry is not None and entry.missing and self._expired(entry):
-            self.invalidate(key)
-            return None
-        return entry
+            return self._lru.get(key)
 
-    def _expired(self, entry: CacheEntry) -> bool:
-        return time.monotonic() - entry.loaded_at > self.missing_ttl
+    def touch(self, key: Hashable, entry: CacheEntry) -> None:
+        """Mark ``entry`` (still cached under ``key``) as confirmed now: its age restarts."""
+        with self._lock:
+            if self._lru.get(key) is entry:
+                self._lru[key] = dataclasses.replace(entry, loaded_at=time.monotonic())
 
     def put(self, key: Hashable, value: Any, version: str | None, nbytes: int) -> CacheEntry:
         """Store an entry (a ``None`` value records a missing object)."""

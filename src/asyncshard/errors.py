@@ -23,6 +23,25 @@ class ConflictError(AsyncShardError):
         self.key = key
 
 
+class PartialWriteError(AsyncShardError):
+    """A write of several objects failed for some of them; the others were written.
+
+    Nothing the call started is still running when this is raised. ``written`` lists the
+    keys that were written (or erased), ``failed`` maps each key that was not to the error
+    that stopped it (the first of those is also this error's ``__cause__``). Writes to
+    different objects are not atomic together; a write to one object is.
+    """
+
+    def __init__(self, written: list[str], failed: dict[str, BaseException]) -> None:
+        first = next(iter(failed.values()))
+        super().__init__(
+            f"{len(failed)} of {len(failed) + len(written)} keys were not written "
+            f"(first: {next(iter(failed))!r}: {type(first).__name__}: {first})"
+        )
+        self.written = written
+        self.failed = failed
+
+
 class ReadOnlyError(AsyncShardError):
     """The store does not accept writes."""
 

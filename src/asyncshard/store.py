@@ -483,6 +483,12 @@ class Store(ABC):
         self.stats.requests["list"] += 1
         return await self._list_dir(prefix)
 
+    async def has_folder(self, prefix: str) -> bool:
+        """Whether the folder ``prefix`` exists even though :meth:`list_dir` shows nothing
+        in it (views with folders declared by metadata); ``False`` on plain stores, where a
+        folder exists exactly when something is stored below it."""
+        return False
+
     # -- lifecycle ----------------------------------------------------------------------
 
     async def close(self) -> None:

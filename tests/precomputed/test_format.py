@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from asyncshard.errors import AsyncShardError, CorruptShardError
 from asyncshard.formats.precomputed.shard import (
     BytesLike,
+    MinishardIndex,
     build_shard,
     build_shards,
     decode_chunk_data,
@@ -23,7 +24,7 @@ from asyncshard.formats.precomputed.shard import (
     decode_shard_index,
     encode_minishard_index,
     encode_shard_index,
-    find_chunk,
+    find_chunks,
     gunzip_bounded,
     minishard_index_range,
     shard_index_nbytes,
@@ -226,19 +227,24 @@ def test_encode_shard_index() -> None:
     assert encode_shard_index([[1, 2], [3, 4]]) == u64le(1, 2, 3, 4)
 
 
-# --------------------------------------------------------------------------- find_chunk
+# --------------------------------------------------------------------------- find_chunks
 
 
-def test_find_chunk() -> None:
+def test_find_chunks() -> None:
     ids = np.array([3, 8, 2**64 - 1], dtype=np.uint64)
     starts = np.array([16, 20, 30], dtype=np.uint64)
     ends = np.array([20, 30, 31], dtype=np.uint64)
-    assert find_chunk(ids, starts, ends, 8) == (20, 30)
-    assert find_chunk(ids, starts, ends, 2**64 - 1) == (30, 31)
-    for missing in (0, 4, 9, -1, 2**64):
-        assert find_chunk(ids, starts, ends, missing) is None
+    index = MinishardIndex(ids, starts, ends)
+    assert find_chunks(index, [8, 2**64 - 1, 0, 4, 9, 3]) == [
+        (20, 30),
+        (30, 31),
+        None,
+        None,
+        None,
+        (16, 20),
+    ]
     empty = np.zeros(0, dtype=np.uint64)
-    assert find_chunk(empty, empty, empty, 0) is None
+    assert find_chunks(MinishardIndex(empty, empty, empty), [0, 1]) == [None, None]
 
 
 # --------------------------------------------------------------------------- validation

@@ -27,8 +27,9 @@ from asyncshard.cache import IndexCache
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.sharding.precomputed import Uint64ShardedStore
-from asyncshard.sharding.volume import PrecomputedVolume, UnshardedScaleView
+from asyncshard.sharding.volume import PrecomputedVolume
 from asyncshard.store import Store
+from asyncshard.views import UnshardedView
 from tests.servers import fixtures as server_fixtures
 from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.proxy import FaultProxy
@@ -230,7 +231,7 @@ async def test_asyncshard_reads_what_tensorstore_wrote(
     for pos in grid_positions(scale.scale):
         name = scale.scale.chunk_name(pos)
         assert await scale.get_chunk(name) == chunk_bytes(scale.scale, values, pos), name
-    view = UnshardedScaleView(volume)
+    view = UnshardedView(place.store)
     names = [f"{scale_key}/{scale.scale.chunk_name(p)}" for p in grid_positions(scale.scale)]
     batch = await view.get_partial_values([(n, None) for n in names])
     assert [bytes(v or b"") for v in batch] == [

@@ -15,6 +15,7 @@ import pytest
 import tensorstore as ts
 
 from asyncshard.backends import LocalStore
+from asyncshard.formats.precomputed.volume import unsharded_info_bytes
 from asyncshard.ranges import ByteRange
 from asyncshard.server.app import make_app
 from asyncshard.server.demo import (
@@ -24,9 +25,9 @@ from asyncshard.server.demo import (
     ZARR_PATH,
     demo_volume,
 )
-from asyncshard.sharding.volume import UnshardedScaleView, unsharded_info_bytes
+from asyncshard.sharding.zarr import ZarrFormat
 from asyncshard.store import GetResult
-from asyncshard.views.unsharded import DEFAULT_MAX_DEPTH, UnshardedView, ZarrDataset
+from asyncshard.views.unsharded import DEFAULT_MAX_DEPTH, UnshardedView
 from tests.server.conftest import Served, ServeFactory, running
 
 VOLUME = demo_volume()
@@ -96,14 +97,27 @@ async def test_precomputed_scale_by_chunk_name(
         assert r.status == 404
 
 
-async def test_listings_show_the_unsharded_layout(
-    unsharded: Served, http: aiohttp.ClientSession
+async def test_listings_show_the_unsharded_layout_without_reading_indexes(
+    serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path
 ) -> None:
-    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/3/7/?list=json") as r:
-        assert (await r.json())["keys"] == [str(i) for i in range(8)]
-    async with http.get(f"{unsharded.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}/?list=json") as r:
-        assert r.status == 200, "the scale folder exists, though it lists no chunk"
-        assert (await r.json())["keys"] == [], "shards hidden, chunk names not enumerated"
+    """Chunk folders exist but do not enumerate chunks: one backend listing, no index read
+    (enumerating would read one index per shard: 1,024 requests for 1,024 shards)."""
+    inner = LocalStore(demo_folder)
+    async with serve(store=inner, unshard=True) as s:
+        async with http.get(f"{s.url}/{ZARR_PATH}/zarr.json") as r:
+            assert r.status == 200
+        inner.stats.reset()
+        for folder in ("c/", "c/3/", "c/3/7/"):
+            async with http.get(f"{s.url}/{ZARR_PATH}/{folder}?list=json") as r:
+                assert r.status == 200, folder
+                assert (await r.json())["keys"] == [], "chunk keys are not enumerated"
+        assert inner.stats.requests["get"] == 0, "no index was read"
+        assert inner.stats.requests["list"] == 3
+        async with http.get(f"{s.url}/{ZARR_PATH}/c/9/?list=json") as r:
+            assert r.status == 404, "outside the chunk grid"
+        async with http.get(f"{s.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}/?list=json") as r:
+            assert r.status == 200, "the scale folder exists, though it lists no chunk"
+            assert (await r.json())["keys"] == [], "shards hidden, chunk names not enumerated"
 
 
 async def test_sharded_scale_listing_reads_no_index(
@@ -180,20 +194,16 @@ async def test_unparsable_keys_are_400_not_500(
     monkeypatch: pytest.MonkeyPatch,
     error: type[Exception],
 ) -> None:
-    """The last line of defence: a dataset's key parser failing with a bare ValueError or
+    """The last line of defence: a format's key parser failing with a bare ValueError or
     OverflowError makes the key the client's error (400), not the server's (500)."""
 
-    def fail(self: object, key: str) -> bool:
+    def fail(self: object, key: str) -> None:
         raise error("cannot convert")
 
-    async def fail_listing(self: object, prefix: str) -> None:
-        raise error("cannot convert")
-
-    monkeypatch.setattr(ZarrDataset, "claims", fail)
-    monkeypatch.setattr(ZarrDataset, "list_dir", fail_listing)
+    monkeypatch.setattr(ZarrFormat, "locate", fail)
     async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/0/0/0") as r:
         assert r.status == 400, await r.text()
-    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/0/") as r:
+    async with http.get(f"{unsharded.url}/{ZARR_PATH}/c/0/0/") as r:  # lists shard files
         assert r.status == 400, await r.text()
     async with http.get(f"{unsharded.url}/{ZARR_PATH}/zarr.json") as r:
         assert r.status == 200, "the metadata is not parsed as a chunk key"
@@ -226,18 +236,17 @@ async def test_deep_paths_cost_a_bounded_number_of_probes(
     assert (block == VOLUME[96:128, 224:256, 224:256]).all()
 
 
-async def test_unsharded_info_is_the_same_through_both_views(
+async def test_unsharded_info_is_the_same_through_the_server_and_the_view(
     serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path
 ) -> None:
-    """The server's --unshard and a served UnshardedScaleView render the rewritten info
-    the same way (one function), so the same document has the same bytes."""
+    """The server's --unshard and the library's view render the rewritten info the same
+    way (one function), so the same document has the same bytes."""
     raw = json.loads((demo_folder / PRECOMPUTED_PATH / "info").read_bytes())
     server = serve(store=LocalStore(demo_folder), unshard=True)
     async with server as s, http.get(f"{s.url}/{PRECOMPUTED_PATH}/info") as r:
         through_server = await r.read()
-    view = await UnshardedScaleView.open(LocalStore(demo_folder), PRECOMPUTED_PATH)
-    async with serve(store=view) as s, http.get(f"{s.url}/info") as r:
-        through_view = await r.read()
+    async with UnshardedView(LocalStore(demo_folder)) as view:
+        through_view = bytes(await view.get(f"{PRECOMPUTED_PATH}/info") or b"")
     assert through_server == through_view == unsharded_info_bytes(raw)
     assert "sharding" not in json.loads(through_view)["scales"][0]
 
@@ -252,20 +261,23 @@ class ClosingLog(LocalStore):
         await super()._close()
 
 
-async def test_served_unsharded_scale_view(
+async def test_a_served_view_that_lists_chunks(
     serve: ServeFactory, http: aiohttp.ClientSession, demo_folder: Path
 ) -> None:
-    """An UnshardedScaleView served on its own: the root listing is one backend listing
-    (not a walk of the whole volume reading every index), and closing closes the store."""
+    """An UnshardedView with list_chunks served: the volume's listing is one backend
+    listing, a scale's folder enumerates its chunk names (reading its indexes), and
+    closing the server closes the store."""
     inner = ClosingLog(demo_folder)
-    view = await UnshardedScaleView.open(inner, PRECOMPUTED_PATH)
+    view = UnshardedView(inner, list_chunks=True)
     async with serve(store=view) as s:
+        async with http.get(f"{s.url}/{PRECOMPUTED_PATH}/info") as r:
+            assert r.status == 200
         inner.stats.reset()
-        async with http.get(f"{s.url}/?list=json") as r:
+        async with http.get(f"{s.url}/{PRECOMPUTED_PATH}/?list=json") as r:
             listed = await r.json()
         assert listed["keys"] == ["info"] and listed["prefixes"] == [f"{SCALE_KEY}/"]
         assert (inner.stats.requests["get"], inner.stats.requests["list"]) == (0, 1)
-        async with http.get(f"{s.url}/{SCALE_KEY}/?list=json") as r:
+        async with http.get(f"{s.url}/{PRECOMPUTED_PATH}/{SCALE_KEY}/?list=json") as r:
             keys = (await r.json())["keys"]
         assert len(keys) == 256 and "0-32_0-32_0-32" in keys, "asked for: enumerated"
         assert not any(".shard" in k for k in keys)

@@ -6,7 +6,7 @@ import json
 from typing import Any, Literal
 
 from asyncshard.cache import IndexCache
-from asyncshard.sharding.zarr import ShardedStore
+from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 
 
@@ -50,11 +50,11 @@ def array_doc(
 
 async def sharded(
     inner: Store, doc: dict[str, Any], path: str = "arr", **options: Any
-) -> ShardedStore:
-    """Write ``doc`` as ``path/zarr.json`` and open a ShardedStore with a private cache."""
+) -> ZarrShardedStore:
+    """Write ``doc`` as ``path/zarr.json`` and open a ZarrShardedStore with a private cache."""
     await inner.set(f"{path}/zarr.json", json.dumps(doc).encode())
     options.setdefault("cache", IndexCache())
-    store = await ShardedStore.open(inner, path, **options)
+    store = await ZarrShardedStore.open(inner, path, **options)
     inner.stats.reset()
     return store
 

@@ -1,4 +1,4 @@
-"""ShardedStore against real peers, on local files and on moto S3.
+"""ZarrShardedStore against real peers, on local files and on moto S3.
 
 Reading: arrays written by zarr-python 3 and tensorstore; every inner chunk that
 asyncshard returns must equal the bytes tensorstore's ``zarr3_sharding_indexed`` kvstore
@@ -25,7 +25,7 @@ import zarr.storage
 
 from asyncshard.backends import LocalStore, open_store
 from asyncshard.cache import IndexCache
-from asyncshard.sharding.zarr import ShardedStore
+from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 from tests.servers.fixtures import unique_prefix
 from tests.servers.s3 import S3Server
@@ -143,7 +143,7 @@ def write_with_tensorstore(
     return data
 
 
-def ts_inner_chunks(backend: Backend, store: ShardedStore) -> dict[str, bytes | None]:
+def ts_inner_chunks(backend: Backend, store: ZarrShardedStore) -> dict[str, bytes | None]:
     """Every inner chunk of the array as tensorstore's sharding kvstore returns it."""
     layout = store.layout
     index_codecs: list[Any] = [
@@ -174,8 +174,8 @@ def ts_inner_chunks(backend: Backend, store: ShardedStore) -> dict[str, bytes | 
     return out
 
 
-async def assert_matches_tensorstore(backend: Backend) -> ShardedStore:
-    store = await ShardedStore.open(backend.store, "arr", cache=IndexCache())
+async def assert_matches_tensorstore(backend: Backend) -> ZarrShardedStore:
+    store = await ZarrShardedStore.open(backend.store, "arr", cache=IndexCache())
     expected = ts_inner_chunks(backend, store)
     keys = sorted(expected)
     values = await store.get_partial_values([(k, None) for k in keys])
@@ -231,7 +231,7 @@ async def test_peers_read_what_asyncshard_writes(
     doc = array_doc(list(shape), list(shards), list(chunk), index_location=location,
                     dtype="uint16")  # fmt: skip
     await backend.store.set("arr/zarr.json", json.dumps(doc).encode())
-    store = await ShardedStore.open(backend.store, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(backend.store, "arr", cache=IndexCache())
     await store.set_values({store.layout.chunk_key(c): b for c, b in chunks_of(data, chunk)})
 
     from_zarr = zarr.open_array(store=backend.zarr_store, path="arr", mode="r")[...]
@@ -246,7 +246,7 @@ async def test_partial_updates_read_by_peers(backend: Backend) -> None:
     data = sample(shape)
     doc = array_doc(list(shape), list(shards), list(chunk), dtype="uint16")
     await backend.store.set("arr/zarr.json", json.dumps(doc).encode())
-    store = await ShardedStore.open(backend.store, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(backend.store, "arr", cache=IndexCache())
     for coords, raw in chunks_of(data, chunk):
         await store.set(store.layout.chunk_key(coords), raw)
     from_ts = ts.open({"driver": "zarr3", "kvstore": backend.ts_kvstore("arr/")}).result()

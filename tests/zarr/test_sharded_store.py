@@ -1,4 +1,4 @@
-"""ShardedStore: request budgets, writes, staleness, listing and bad shards.
+"""ZarrShardedStore: request budgets, writes, staleness, listing and bad shards.
 
 Budgets are asserted on the wrapped store's counters: every ``get`` there is one
 request to the backend.
@@ -21,11 +21,13 @@ from asyncshard.errors import (
     ChecksumError,
     ConflictError,
     CorruptShardError,
+    InvalidKeyError,
     InvalidMetadataError,
 )
 from asyncshard.formats.zarr3.shard import IndexLayout, empty_index, encode_index, encode_shard
 from asyncshard.ranges import Range
-from asyncshard.sharding.zarr import ShardedStore, open_sharded
+from asyncshard.sharding import open_sharded
+from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 from tests.zarr.helpers import array_doc, chunk_bytes, sharded
 
@@ -43,7 +45,7 @@ def inner(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return MemoryStore() if request.param == "memory" else LocalStore(tmp_path)
 
 
-async def filled(inner: Store) -> ShardedStore:
+async def filled(inner: Store) -> ZarrShardedStore:
     store = await sharded(inner, DOC)
     await store.set_values(all_chunks())
     store.cache.clear()
@@ -244,7 +246,7 @@ async def test_erase_prefix(inner: Store) -> None:
     assert [k async for k in inner.list()] == []
 
 
-async def corrupt_store(blob: bytes) -> ShardedStore:
+async def corrupt_store(blob: bytes) -> ZarrShardedStore:
     inner = MemoryStore()
     store = await sharded(inner, DOC)
     await inner.set("arr/c/0/0", blob)
@@ -324,7 +326,7 @@ async def test_draft_transformer_arrays() -> None:
         ],
     }  # fmt: skip
     await inner.set("meta/root/arr.array.json", json.dumps(doc).encode())
-    store = await ShardedStore.open(inner, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(inner, "arr", cache=IndexCache())
     await store.set_values({"data/root/arr/c2/3": b"abcd", "data/root/arr/c3/3": b"efgh"})
     # spec 004: chunk (2,3) lives in shard (1,1); index at the end, no checksum
     shard = await inner.get("data/root/arr/c1/1")
@@ -340,12 +342,12 @@ async def test_unsharded_or_missing_arrays_are_refused() -> None:
     flat = dict(DOC, codecs=[{"name": "bytes", "configuration": {"endian": "little"}}])
     await inner.set("flat/zarr.json", json.dumps(flat).encode())
     with pytest.raises(InvalidMetadataError, match="not sharded"):
-        await ShardedStore.open(inner, "flat")
+        await ZarrShardedStore.open(inner, "flat")
     with pytest.raises(InvalidMetadataError, match="no array metadata"):
-        await ShardedStore.open(inner, "nothing")
+        await ZarrShardedStore.open(inner, "nothing")
     await inner.set("bad/zarr.json", b"{not json")
     with pytest.raises(InvalidMetadataError, match="not valid JSON"):
-        await ShardedStore.open(inner, "bad")
+        await ZarrShardedStore.open(inner, "bad")
 
 
 class HeldDeletes(MemoryStore):
@@ -399,14 +401,25 @@ async def test_without_conditional_deletes_an_emptied_shard_becomes_an_empty_ind
     assert await store.get("arr/c/0/1") is None
 
 
-async def test_chunk_keys_past_the_array_edge_do_not_replace_edge_shards() -> None:
+async def test_chunk_keys_past_the_array_edge_are_refused_consistently() -> None:
+    """Past-edge chunk keys are no chunks of the array: writes refuse them (before writing
+    anything), reads find nothing, erasing ignores them and listings never show them; so
+    an edge shard's whole-shard write can drop nothing anyone wrote through us."""
     inner = MemoryStore()
     store = await sharded(inner, array_doc([3], [2], [1]))  # chunks 0..2; shard 1 = {2, 3}
     await store.set("arr/c/2", b"in bounds")
-    await store.set_values({"arr/c/3": b"past the edge"})  # not a whole-shard write
+    with pytest.raises(InvalidKeyError, match="outside"):
+        await store.set("arr/c/3", b"past the edge")
+    with pytest.raises(InvalidKeyError, match="outside"):
+        await store.set_values({"arr/c/0": b"a", "arr/c/3": b"past the edge"})
+    with pytest.raises(InvalidKeyError, match="outside"):
+        await store.set_partial_values([("arr/c/3", 0, b"x")])
+    assert await store.get("arr/c/0") is None, "nothing of the refused call was written"
+    assert await store.get("arr/c/3") is None and await store.head("arr/c/3") is None
+    await store.erase_values(["arr/c/3"])  # holds nothing: ignored
     assert await store.get("arr/c/2") == b"in bounds"
-    await store.erase_values(["arr/c/3"])  # not a whole-shard erase
-    assert await store.get("arr/c/2") == b"in bounds"
+    await store.set_values({"arr/c/2": b"whole edge shard"})  # covers shard 1: no read
+    assert [k async for k in store.list_prefix("arr/c/")] == ["arr/c/2"]
 
 
 async def test_a_failed_read_condition_costs_no_extra_request(inner: Store) -> None:

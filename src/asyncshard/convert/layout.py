@@ -191,7 +191,7 @@ class ArrayLayout:
         return [c for c in chunks if self.chunk_in_bounds(c)]
 
     def sharding(self) -> ShardingLayout:
-        """The :class:`ShardingLayout` of a sharded layout (for :class:`ShardedStore`)."""
+        """The :class:`ShardingLayout` of a sharded layout (for :class:`ZarrShardedStore`)."""
         if self.chunks_per_shard is None or self.index is None:
             raise ValueError("a flat layout has no sharding")
         shard_shape = tuple(

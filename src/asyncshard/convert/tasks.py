@@ -24,7 +24,7 @@ from asyncshard.formats.zarr3.shard import (
     encode_shard,
     index_byte_range,
 )
-from asyncshard.sharding.zarr import ShardedStore
+from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Data, Store
 
 __all__ = ["ZarrExecutor", "ZarrPass"]
@@ -53,14 +53,14 @@ class ZarrExecutor:
         self.store = store
         self.src = read_layout(spec.source, spec.prefix)
         self.dst = read_layout(spec.target, spec.prefix)
-        self._sharded_src: ShardedStore | None = None
+        self._sharded_src: ZarrShardedStore | None = None
 
     @property
-    def sharded_src(self) -> ShardedStore:
-        """The source as a ShardedStore (inner chunks by key, cached indexes)."""
+    def sharded_src(self) -> ZarrShardedStore:
+        """The source as a ZarrShardedStore (inner chunks by key, cached indexes)."""
         if self._sharded_src is None:
             cache = IndexCache(INDEX_CACHE_BYTES)
-            self._sharded_src = ShardedStore(self.store, self.src.sharding(), cache=cache)
+            self._sharded_src = ZarrShardedStore(self.store, self.src.sharding(), cache=cache)
         return self._sharded_src
 
     async def execute(self, task: Task) -> TaskResult:

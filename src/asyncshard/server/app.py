@@ -283,8 +283,7 @@ class _Server:
     async def _virtual_folder(self, prefix: str) -> bool:
         """Whether an empty-looking folder exists all the same: a folder of the unsharded
         view whose only files are hidden (a sharded scale lists no chunk names)."""
-        store = self.store
-        return isinstance(store, UnshardedView) and await store.is_dataset_folder(prefix)
+        return await self.store.has_folder(prefix)
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from asyncshard.formats.precomputed.shard import build_shards
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import VolumeInfo
 from asyncshard.formats.zarr3.metadata import parse_zarr3_array
-from asyncshard.sharding.zarr import ShardedStore
+from asyncshard.sharding.zarr import ZarrShardedStore
 
 #: Volume shape in ``z, y, x`` order (the Zarr array's shape).
 SHAPE_ZYX = (128, 256, 256)
@@ -175,7 +175,7 @@ async def write_demo(folder: str | os.PathLike[str]) -> dict[str, Any]:
         doc = zarr_metadata(SHAPE_ZYX)
         await store.set(f"{ZARR_PATH}/zarr.json", json.dumps(doc, indent=2).encode())
         layout = parse_zarr3_array(doc, key_prefix=f"{ZARR_PATH}/")
-        sharded = ShardedStore(store, layout)
+        sharded = ZarrShardedStore(store, layout)
         await sharded.set_values(_zarr_chunks(volume))
 
         info_doc = precomputed_info(SHAPE_ZYX)

@@ -1,15 +1,17 @@
-"""Micro-batching: gather concurrent single reads into one batched call per group.
+"""Micro-batching: gather concurrent single requests into one batched call per group.
 
-Viewers and array libraries issue many concurrent single-chunk reads. Served one by one,
-each costs its own request even when its bytes sit next to another's in the same shard.
-A :class:`Batcher` collects the requests submitted during one event-loop iteration and
-hands them, grouped (by shard), to a batch function that can coalesce their ranges. A
-failure in one group reaches only the requests of that group.
+Viewers and array libraries issue many concurrent single-chunk reads (and writes). Served
+one by one, each costs its own request even when its bytes sit next to another's in the
+same shard. A :class:`Batcher` collects the requests submitted during one event-loop
+iteration and hands them, grouped (by shard), to a batch function. A failure of the
+batch reaches only the requests of its group; a batch may also fail single requests by
+returning an exception in their place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
@@ -18,39 +20,64 @@ Res = TypeVar("Res")
 
 
 class Batcher(Generic[Req, Res]):
-    """Run ``batch(requests)`` once per group for requests submitted in the same tick."""
+    """Run ``batch(requests)`` once per group for requests submitted in the same tick.
+
+    ``batch`` returns one result per request, in order; a result that is an exception
+    is raised to that request's caller alone. With ``settle_on_cancel`` (writes), a
+    caller cancelled while its batch runs waits for the batch to finish before the
+    cancellation propagates, so no write it asked for is still running afterwards.
+    """
 
     def __init__(
         self,
-        batch: Callable[[Sequence[Req]], Awaitable[Sequence[Res]]],
+        batch: Callable[[Sequence[Req]], Awaitable[Sequence[Res | BaseException]]],
         group: Callable[[Req], Hashable],
+        *,
+        settle_on_cancel: bool = False,
     ) -> None:
         self._batch = batch
         self._group = group
+        self._settle = settle_on_cancel
         self._pending: list[tuple[Req, asyncio.Future[Res]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Future[Res], asyncio.Task[None]] = {}
 
     async def submit(self, request: Req) -> Res:
         """The result for ``request``, computed in a batch with its concurrent peers."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new event loop: forget anything tied to the old one
-            self._loop, self._pending = loop, []
+            self._loop, self._pending, self._running = loop, [], {}
         future: asyncio.Future[Res] = loop.create_future()
         self._pending.append((request, future))
         if len(self._pending) == 1:
             loop.call_soon(self._flush)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            task = self._running.get(future)
+            if task is None:  # not started: drop it from the pending batch
+                self._pending = [p for p in self._pending if p[1] is not future]
+            elif self._settle:
+                await asyncio.wait([task])
+            raise
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
         groups: dict[Hashable, list[tuple[Req, asyncio.Future[Res]]]] = {}
         for item in pending:
-            groups.setdefault(self._group(item[0]), []).append(item)
+            if not item[1].done():
+                groups.setdefault(self._group(item[0]), []).append(item)
         for items in groups.values():
             task = asyncio.ensure_future(self._run(items))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            for _, future in items:
+                self._running[future] = task
+            task.add_done_callback(functools.partial(self._finished, items))
+
+    def _finished(
+        self, items: list[tuple[Req, asyncio.Future[Res]]], _task: asyncio.Task[None]
+    ) -> None:
+        for _, future in items:
+            self._running.pop(future, None)
 
     async def _run(self, items: list[tuple[Req, asyncio.Future[Res]]]) -> None:
         try:
@@ -63,5 +90,9 @@ class Batcher(Generic[Req, Res]):
                 raise
             return
         for (_, future), result in zip(items, results, strict=True):
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
                 future.set_result(result)

@@ -1,41 +1,28 @@
-"""Helpers shared by the sharded stores (Zarr ``ShardedStore``, precomputed ``Uint64ShardedStore``).
-
-Both stores follow one design: decoded indexes live in the shared :class:`IndexCache`,
-data reads are conditioned on the version of the cached index (a ``ConflictError`` whose
-``key`` is a shard key means "that cached index is stale"), and partial updates are a
-read-merge-write of the whole shard under a conditional write. The pieces of that design
-that do not depend on the format are here.
-"""
+"""Format-independent pieces of the sharding engine: cache namespaces, read-merge-write,
+metadata reads."""
 
 from __future__ import annotations
 
+import enum
 import itertools
-import json
-from collections.abc import Awaitable, Callable, Collection
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-from asyncshard.errors import ConflictError, InvalidMetadataError
-from asyncshard.store import (
-    BytesLike,
-    GetResult,
-    ObjectMeta,
-    Store,
-    check_condition,
-    retry_on_conflict,
-)
+from asyncshard.formats.jsondoc import parse_json_object
+from asyncshard.store import BytesLike, GetResult, Store, retry_on_conflict
 
-T = TypeVar("T")
-
-__all__ = [
-    "ConditionFailed",
-    "check_caller_condition",
-    "new_namespace",
-    "read_json",
-    "read_merge_write",
-    "retry_stale",
-]
+__all__ = ["UNCHANGED", "Unchanged", "new_namespace", "read_json", "read_merge_write"]
 
 _namespaces = itertools.count()
+
+class Unchanged(enum.Enum):
+    """The type of :data:`UNCHANGED`."""
+
+    UNCHANGED = "unchanged"
+
+
+#: Returned by a ``rebuild`` function of :func:`read_merge_write`: nothing to write.
+UNCHANGED = Unchanged.UNCHANGED
 
 
 def new_namespace(kind: str) -> tuple[str, int]:
@@ -47,67 +34,22 @@ def new_namespace(kind: str) -> tuple[str, int]:
     return kind, next(_namespaces)
 
 
-class ConditionFailed(Exception):
-    """Carries a caller's failed chunk condition past the shard-write retry loop.
-
-    A ``ConflictError`` inside :func:`read_merge_write` means "the shard changed under
-    us, try again"; a caller's own ``if_match``/``if_absent`` on a chunk failing is
-    final, so it travels as this exception and is unwrapped with ``.error``.
-    """
-
-    def __init__(self, error: ConflictError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def check_caller_condition(
-    key: str, current: ObjectMeta | None, if_match: str | None, if_absent: bool
-) -> None:
-    """:func:`check_condition` for a caller's chunk condition: raises :class:`ConditionFailed`."""
-    try:
-        check_condition(key, current, if_match, if_absent)
-    except ConflictError as exc:
-        raise ConditionFailed(exc) from None
-
-
-async def retry_stale(
-    read: Callable[[], Awaitable[T]],
-    shard_keys: Collection[str],
-    forget: Callable[[str], None],
-) -> T:
-    """Run ``read``; when it fails because a cached shard index is stale, drop it and rerun.
-
-    A ``ConflictError`` naming one of ``shard_keys`` (a data read conditioned on a cached
-    version found the shard rewritten or gone) drops that shard's cached index with
-    ``forget`` and runs ``read`` again, at most once per shard. Any other
-    ``ConflictError`` (a caller's own condition) is raised at once.
-    """
-    forgotten: set[str] = set()
-    while True:
-        try:
-            return await read()
-        except ConflictError as exc:
-            if exc.key is None or exc.key not in shard_keys or exc.key in forgotten:
-                raise
-            forgotten.add(exc.key)
-            forget(exc.key)
-
-
 async def read_merge_write(
     inner: Store,
     shard_key: str,
-    rebuild: Callable[[GetResult | None], BytesLike | None],
+    rebuild: Callable[[GetResult | None], BytesLike | Unchanged | None],
     written: Callable[[BytesLike | None, str | None], None],
     empty_shard: Callable[[], bytes],
 ) -> str | None:
     """Update one shard: read it whole, ``rebuild`` it, write it back conditionally.
 
     ``rebuild(current)`` (``None`` when the shard does not exist) returns the new shard
-    bytes, or ``None`` when no chunk is left. The write is conditional on the version read
-    (``if_absent`` for a new shard) when ``inner`` supports conditional writes, and the
-    whole attempt is retried on conflict (:func:`retry_on_conflict`). ``written(new,
-    version)`` runs after a successful write or delete (``new`` is ``None`` then).
-    Returns the new version. :class:`ConditionFailed` from ``rebuild`` is not retried.
+    bytes, ``None`` when no chunk is left, or :data:`UNCHANGED` to write nothing. The
+    write is conditional on the version read (``if_absent`` for a new shard) when
+    ``inner`` supports conditional writes, and the whole attempt is retried on conflict
+    (:func:`~asyncshard.store.retry_on_conflict`). ``written(new, version)`` runs after a
+    successful write or delete (``new`` is ``None`` then). Returns the new version (the
+    version read when nothing was written).
 
     A shard left without chunks is deleted only if that cannot lose a concurrent write:
     conditionally where the store can (``delete_if_match``); where it can write but not
@@ -120,6 +62,8 @@ async def read_merge_write(
     async def attempt() -> str | None:
         current = await inner.get_object(shard_key)
         new = rebuild(current)
+        if isinstance(new, Unchanged):
+            return None if current is None else current.meta.version
         if new is None:
             if current is None:
                 written(None, None)
@@ -148,12 +92,4 @@ async def read_merge_write(
 async def read_json(store: Store, key: str) -> dict[str, Any] | None:
     """The JSON object stored at ``key``, ``None`` if missing; ``InvalidMetadataError`` if bad."""
     raw = await store.get(key)
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidMetadataError(f"{key}: not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidMetadataError(f"{key}: expected a JSON object")
-    return doc
+    return None if raw is None else parse_json_object(raw, key)

@@ -1,40 +1,35 @@
-"""UnshardedView: sharded datasets of any Store presented as if they were unsharded.
+"""UnshardedView: the sharded datasets of any Store presented as if they were unsharded.
 
 A read-only Store wrapping another. For every key it finds the dataset the key belongs
-to by looking, from the root down, for the first folder holding a sharded Zarr v3
-array (``zarr.json`` with ``sharding_indexed``) or a precomputed volume with sharded
-scales (``info``):
+to by looking, from the root down, for the first folder holding a sharded Zarr v3 array
+or a precomputed volume with sharded scales (:mod:`~asyncshard.views.datasets`):
 
-* **Zarr v3**: the array's ``zarr.json`` is served rewritten by
-  :func:`~asyncshard.formats.zarr3.metadata.unsharded_metadata` (inner chunks become the chunks,
-  the sharding codec's inner codecs become the codecs), and a chunk key is answered with
-  the inner chunk of that name, read out of its shard by a
-  :class:`~asyncshard.sharding.zarr.ShardedStore`. Shard and chunk keys share one syntax, so
-  the raw shards are hidden by the virtual chunks.
-* **Precomputed**: the volume's ``info`` is served without ``sharding`` and each sharded
-  scale answers the unsharded chunk names ``x0-x1_y0-y1_z0-z1``.
-* Every other key passes through unchanged.
+* the dataset's metadata key answers the rewritten metadata (inner chunks as chunks,
+  ``info`` without ``sharding``);
+* a chunk key of the dataset is read out of its shard by the dataset's sharded store
+  (shard files of precomputed scales are hidden; Zarr shard keys are inner-chunk keys);
+* every other key passes through unchanged.
 
 Only the nearest ``max_depth`` (:data:`DEFAULT_MAX_DEPTH`, 34) folders above a key are
 searched, two metadata reads each, so a request costs a bounded number of backend reads
 however deep its path. 34 covers every layout a viewer reads: a Zarr chunk key (default
-encoding) is ``ndim + 1`` segments below its array's folder (``c/i/j/k``), a precomputed
-chunk two below its volume's (``scale/chunk name``), and 34 = 32 dimensions (numpy's
-classic limit) + 2. A dataset further up than that is not seen from the deep key: it
-passes through unchanged (as do keys below an unsharded dataset outside the window).
+encoding) is ``ndim + 1`` segments below its array's folder, a precomputed chunk two
+below its volume's, and 34 = 32 dimensions + 2. A dataset further up is not seen from the
+deep key: it passes through unchanged.
 
-A key that a dataset cannot even parse (a number no ``int()`` converts, say) answers
-:class:`~asyncshard.errors.InvalidKeyError` (the server's ``400``), never a bare
-``ValueError``/``OverflowError``.
+**Listing** has one policy with one switch. ``list_chunks=False`` (the server's): a
+folder is one listing of the wrapped store with shard files and chunk-named objects
+hidden, and chunk keys are not enumerated (that would read one index per shard:
+thousands of requests; viewers compute chunk keys from the metadata instead). A
+precomputed scale's folder exists even when it lists nothing (:meth:`has_folder`).
+``list_chunks=True`` (library callers that list chunks): a folder holding chunks is
+listed by the dataset's sharded store, which reads the shard indexes (cached).
 
-Listings of a precomputed sharded scale's folder do not enumerate chunk names (that
-would read every shard and minishard index of the scale); see
-:mod:`~asyncshard.views.precomputed`.
-
-All sharded readers share one :class:`~asyncshard.cache.IndexCache` (the server's
-``--cache-bytes``). What a folder holds is remembered for ``metadata_ttl`` seconds
-(single-flight), so metadata changes show up after at most that long; shard changes are
-seen at once (data reads are conditioned on the cached index's version).
+All sharded stores share one :class:`~asyncshard.cache.IndexCache`. What a folder holds
+is remembered for ``metadata_ttl`` seconds (single-flight), so metadata changes show up
+after at most that long. Shard changes are seen at once by chunk reads (data reads are
+conditioned on the cached index's version); "no such chunk" answers come from an index
+at most ``recheck_after`` seconds old.
 
 Versions of rewritten metadata and virtual chunks are the underlying versions with the
 prefix ``unshard:``, so they never collide with the versions of the raw objects at the
@@ -46,21 +41,29 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from cachetools import LRUCache
 
 from asyncshard.cache import IndexCache
 from asyncshard.errors import AsyncShardError, ConflictError, InvalidKeyError, ReadOnlyError
-from asyncshard.formats.zarr3.metadata import is_sharded, parse_zarr3_array, unsharded_metadata
 from asyncshard.ranges import ByteRange, resolve
-from asyncshard.sharding.zarr import ShardedStore
-from asyncshard.store import GetResult, ObjectMeta, Store
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
+from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
+from asyncshard.views.datasets import OPENERS, Dataset, Options, Scope, is_dataset_document
+from asyncshard.wrapper import WrapperStore, with_key
+
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_METADATA_TTL",
+    "VERSION_PREFIX",
+    "UnshardedView",
+    "virtual_version",
+]
 
 VERSION_PREFIX = "unshard:"
 DEFAULT_METADATA_TTL = 60.0
@@ -68,7 +71,7 @@ DEFAULT_MAX_FOLDERS = 16384
 #: Folders above a key searched for its dataset: 32 dimensions + 2 (see the module doc).
 DEFAULT_MAX_DEPTH = 34
 
-log = logging.getLogger("asyncshard.server")
+log = logging.getLogger("asyncshard.views")
 
 
 def virtual_version(version: str | None) -> str | None:
@@ -84,43 +87,8 @@ def _inner_version(key: str, if_match: str | None) -> str | None:
     return if_match[len(VERSION_PREFIX) :]
 
 
-def _wrap(result: GetResult | None) -> GetResult | None:
-    if result is None:
-        return None
-    meta = result.meta
-    return GetResult(
-        result.data,
-        ObjectMeta(meta.key, meta.size, virtual_version(meta.version), meta.last_modified),
-    )
-
-
-def _wrap_meta(meta: ObjectMeta | None) -> ObjectMeta | None:
-    if meta is None:
-        return None
+def _virtual(meta: ObjectMeta) -> ObjectMeta:
     return ObjectMeta(meta.key, meta.size, virtual_version(meta.version), meta.last_modified)
-
-
-class Dataset(Protocol):
-    """A sharded dataset rooted at a folder, as the view sees it."""
-
-    folder: str
-
-    def claims(self, key: str) -> bool:
-        """Whether ``key`` is a virtual object of this dataset (besides its metadata)."""
-
-    async def get_object(
-        self, key: str, byte_range: ByteRange | None, if_match: str | None
-    ) -> GetResult | None:
-        """Read a virtual object (``if_match`` is an inner version)."""
-
-    async def head(self, key: str) -> ObjectMeta | None:
-        """Metadata of a virtual object."""
-
-    async def list_dir(self, prefix: str) -> tuple[list[str], list[str]] | None:
-        """The listing of a folder inside the dataset, ``None`` to list the raw store."""
-
-    def has_folder(self, prefix: str) -> bool:
-        """Whether the folder ``prefix`` exists in the dataset even when it lists empty."""
 
 
 @contextlib.contextmanager
@@ -137,125 +105,50 @@ def _parsing(key: str) -> Iterator[None]:
 
 
 @dataclass
-class _Metadata:
-    """A rewritten metadata document and the version of the original."""
-
-    key: str
-    data: bytes
-    version: str | None
-
-    def meta(self) -> ObjectMeta:
-        return ObjectMeta(self.key, len(self.data), virtual_version(self.version))
-
-
-@dataclass
 class _Node:
-    """What one folder holds: a sharded dataset (with its rewritten metadata) or nothing.
-
-    ``terminal``: the folder holds a dataset of some kind (an array, a volume), so no
-    folder below it can hold another one: the search for datasets stops there.
-    """
+    """What one folder holds: a sharded dataset or nothing; ``source`` is the raw metadata
+    it was opened from. ``terminal``: the folder holds a dataset of some kind, so no
+    folder below it can hold another one."""
 
     dataset: Dataset | None = None
-    metadata: _Metadata | None = None
+    version: str | None = None
     source: bytes = b""
     loaded_at: float = 0.0
     terminal: bool = False
 
 
-def _is_dataset(data: bytes) -> bool:
-    """Whether metadata names a dataset (not a group): nothing nests below it."""
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    if not isinstance(doc, dict):
-        return False
-    return doc.get("node_type") == "array" or "scales" in doc or "@type" in doc
+_HIDDEN = object()  # a key the view hides (a precomputed shard file)
 
 
-class ZarrDataset:
-    """A sharded Zarr v3 array: inner chunks at their own keys."""
+class UnshardedView(WrapperStore):
+    """A read-only Store showing the sharded datasets of ``inner`` unsharded.
 
-    def __init__(self, folder: str, store: ShardedStore) -> None:
-        self.folder = folder
-        self.store = store
-
-    def claims(self, key: str) -> bool:
-        return self.store.layout.locate(key) is not None
-
-    async def get_object(
-        self, key: str, byte_range: ByteRange | None, if_match: str | None
-    ) -> GetResult | None:
-        return await self.store.get_object(key, byte_range, if_match=if_match)
-
-    async def head(self, key: str) -> ObjectMeta | None:
-        return await self.store.head(key)
-
-    async def list_dir(self, prefix: str) -> tuple[list[str], list[str]] | None:
-        return await self.store.list_dir(prefix)
-
-    def has_folder(self, prefix: str) -> bool:
-        return False
-
-
-#: Openers of the dataset kinds: ``(inner, folder, raw metadata, cache)`` -> dataset and
-#: rewritten metadata document, or ``None`` when the metadata is not of a sharded dataset.
-Opener = Callable[[Store, str, bytes, IndexCache], tuple[Dataset, bytes] | None]
-
-
-def open_zarr(
-    inner: Store, folder: str, raw: bytes, cache: IndexCache
-) -> tuple[Dataset, bytes] | None:
-    """A :class:`ZarrDataset` if ``raw`` is the ``zarr.json`` of a sharded v3 array."""
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(doc, dict) or doc.get("node_type") != "array" or not is_sharded(doc):
-        return None
-    try:
-        layout = parse_zarr3_array(doc, key_prefix=folder)
-        flat = unsharded_metadata(doc)
-    except AsyncShardError:
-        return None  # not a layout we can unshard: served as it is
-    document = json.dumps(flat, indent=2).encode()
-    return ZarrDataset(folder, ShardedStore(inner, layout, cache=cache)), document
-
-
-def _open_precomputed(
-    inner: Store, folder: str, raw: bytes, cache: IndexCache
-) -> tuple[Dataset, bytes] | None:
-    from asyncshard.views.precomputed import open_precomputed
-
-    return open_precomputed(inner, folder, raw, cache)
-
-
-#: Metadata file name -> opener, tried in this order in each folder.
-OPENERS: dict[str, Opener] = {"zarr.json": open_zarr, "info": _open_precomputed}
-
-
-class UnshardedView(Store):
-    """A read-only Store showing the sharded datasets of ``inner`` unsharded."""
+    Args:
+        inner: any Store.
+        cache: the index cache of every dataset's sharded store (default: a private one).
+        list_chunks: list chunk keys by reading shard indexes (see the module docstring).
+        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        metadata_ttl: seconds a folder's metadata is trusted.
+        max_folders: folders whose metadata is remembered.
+        max_depth: folders above a key searched for its dataset.
+    """
 
     def __init__(
         self,
         inner: Store,
         *,
         cache: IndexCache | None = None,
+        list_chunks: bool = False,
+        recheck_after: float = DEFAULT_RECHECK_AFTER,
         metadata_ttl: float = DEFAULT_METADATA_TTL,
         max_folders: int = DEFAULT_MAX_FOLDERS,
         max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
-        super().__init__(
-            max_gap=inner.max_gap,
-            max_request=inner.max_request,
-            max_concurrency=inner.max_concurrency,
-        )
-        self.inner = inner
-        self.cache = cache if cache is not None else IndexCache()
+        super().__init__(inner)
+        self.options = Options(cache if cache is not None else IndexCache(), recheck_after)
+        self.list_chunks = list_chunks
         self.metadata_ttl = metadata_ttl
         self.max_depth = max_depth
         self._nodes: LRUCache[str, _Node] = LRUCache(max_folders)
@@ -265,12 +158,17 @@ class UnshardedView(Store):
         return f"UnshardedView({self.inner!r})"
 
     @property
+    def cache(self) -> IndexCache:
+        """The index cache shared by the datasets' sharded stores."""
+        return self.options.cache
+
+    @property
     def supports_writes(self) -> bool:
         return False
 
     @property
-    def supports_listing(self) -> bool:
-        return self.inner.supports_listing
+    def supports_conditional_deletes(self) -> bool:
+        return False
 
     # -- finding datasets -----------------------------------------------------------------
 
@@ -294,18 +192,15 @@ class UnshardedView(Store):
                 if raw is None:
                     continue
                 data = bytes(raw.data)
-                if old is not None and old.metadata is not None and old.source == data:
-                    # unchanged: keep the reader and its cached indexes
-                    meta = _Metadata(old.metadata.key, old.metadata.data, raw.meta.version)
-                    node = _Node(old.dataset, meta, data, terminal=True)
+                if old is not None and old.dataset is not None and old.source == data:
+                    # unchanged: keep the stores and their cached indexes
+                    node = _Node(old.dataset, raw.meta.version, data, terminal=True)
                     break
-                opened = OPENERS[name](self.inner, folder, data, self.cache)
-                if opened is not None:
-                    dataset, document = opened
-                    meta = _Metadata(folder + name, document, raw.meta.version)
-                    node = _Node(dataset, meta, data, terminal=True)
+                dataset = OPENERS[name](self.inner, folder, data, self.options)
+                if dataset is not None:
+                    node = _Node(dataset, raw.meta.version, data, terminal=True)
                     break
-                node.terminal = node.terminal or _is_dataset(data)
+                node.terminal = node.terminal or is_dataset_document(data)
             node.loaded_at = time.monotonic()
             self._nodes[folder] = node
             return node
@@ -327,16 +222,29 @@ class UnshardedView(Store):
                 return None  # inside an unsharded array or volume: nothing to rewrite
         return None
 
-    async def _route(self, key: str) -> _Metadata | Dataset | None:
-        """The rewritten metadata or the dataset serving ``key``; ``None`` to pass through."""
-        node = await self._find(key)
-        if node is None or node.dataset is None or node.metadata is None:
-            return None
-        if key == node.metadata.key:
-            return node.metadata
+    def _scope_of(self, dataset: Dataset, key: str) -> tuple[Scope, str] | object | None:
+        """``(scope, store key)`` of a chunk key, ``_HIDDEN`` for a shard file, else ``None``."""
         with _parsing(key):
-            claimed = node.dataset.claims(key)
-        return node.dataset if claimed else None
+            for scope in dataset.scopes:
+                rel = scope.key(key)
+                if rel is None:
+                    continue
+                fmt = scope.store.format
+                if fmt.locate(rel) is not None:
+                    return scope, rel
+                if fmt.is_shard(fmt.inner_key(rel)):
+                    return _HIDDEN
+        return None
+
+    async def _route(self, key: str) -> Any:
+        """What serves ``key``: the node (its metadata), ``(scope, store key)``,
+        ``_HIDDEN``, or ``None`` to pass through."""
+        node = await self._find(key)
+        if node is None or node.dataset is None:
+            return None
+        if key == node.dataset.metadata_key:
+            return node
+        return self._scope_of(node.dataset, key)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -345,39 +253,69 @@ class UnshardedView(Store):
     ) -> GetResult | None:
         target = await self._route(key)
         if target is None:
-            return await self.inner.get_object(key, byte_range, if_match=if_match)
+            return await super()._get(key, byte_range, if_match)
+        if target is _HIDDEN:
+            return None
         version = _inner_version(key, if_match)
-        if isinstance(target, _Metadata):
+        if isinstance(target, _Node):
+            assert target.dataset is not None
             if version is not None and version != target.version:
                 raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
-            start, end = resolve(byte_range, len(target.data))
-            return GetResult(memoryview(target.data)[start:end], target.meta())
-        return _wrap(await target.get_object(key, byte_range, version))
+            document = target.dataset.document
+            start, end = resolve(byte_range, len(document))
+            meta = ObjectMeta(key, len(document), virtual_version(target.version))
+            return GetResult(memoryview(document)[start:end], meta)
+        scope, rel = target
+        result = await scope.store.get_object(rel, byte_range, if_match=version)
+        if result is None:
+            return None
+        return with_key(GetResult(result.data, _virtual(result.meta)), key)
 
     async def _head(self, key: str) -> ObjectMeta | None:
         target = await self._route(key)
         if target is None:
-            return await self.inner.head(key)
-        if isinstance(target, _Metadata):
-            return target.meta()
-        return _wrap_meta(await target.head(key))
+            return await super()._head(key)
+        if target is _HIDDEN:
+            return None
+        if isinstance(target, _Node):
+            assert target.dataset is not None
+            size = len(target.dataset.document)
+            return ObjectMeta(key, size, virtual_version(target.version))
+        scope, rel = target
+        meta = await scope.store.head(rel)
+        return None if meta is None else _virtual(ObjectMeta(key, meta.size, meta.version))
 
     # -- listing --------------------------------------------------------------------------
 
     async def _list_dir(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
         node = await self._find(prefix)
-        if node is not None and node.dataset is not None:
-            with _parsing(prefix):
-                listed = await node.dataset.list_dir(prefix)
-            if listed is not None:
-                return listed
-        return await self.inner.list_dir(prefix)
+        dataset = None if node is None else node.dataset
+        if dataset is None:
+            return await self.inner.list_dir(prefix)
+        if self.list_chunks:
+            for scope in dataset.scopes:
+                rel = scope.key(prefix)
+                if rel is not None:
+                    with _parsing(prefix):
+                        keys, prefixes = await scope.store.list_dir(rel)
+                    base = scope.base
+                    return [base + k for k in keys], [base + p for p in prefixes]
+        keys, prefixes = await self.inner.list_dir(prefix)
+        shown = [k for k in keys if self._scope_of(dataset, k) is None]
+        return shown, prefixes
 
-    async def is_dataset_folder(self, prefix: str) -> bool:
-        """Whether the folder ``prefix`` (ending in ``/``) exists as a folder of a sharded
-        dataset even if it lists empty (a sharded scale holding only hidden shards)."""
+    async def has_folder(self, prefix: str) -> bool:
+        """Whether the folder ``prefix`` (ending in ``/``) exists even if it lists nothing:
+        a folder of chunk keys of a dataset (a sharded scale, a Zarr ``c/`` folder)."""
         node = await self._find(prefix)
-        return node is not None and node.dataset is not None and node.dataset.has_folder(prefix)
+        if node is None or node.dataset is None:
+            return False
+        with _parsing(prefix):
+            for scope in node.dataset.scopes:
+                rel = scope.key(prefix)
+                if rel is not None and scope.store.format.is_chunk_folder(rel):
+                    return True
+        return False
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         folder, sep, _ = prefix.rpartition("/")
@@ -389,10 +327,12 @@ class UnshardedView(Store):
                     yield key
             pending.extend(p for p in prefixes if p.startswith(prefix) or prefix.startswith(p))
 
-    # -- writes and lifecycle -------------------------------------------------------------
+    # -- writes ---------------------------------------------------------------------------
 
-    async def _put(self, key: str, data: Any, if_match: str | None, if_absent: bool) -> str | None:
+    async def _put(
+        self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
         raise ReadOnlyError(f"{self!r} is read-only")
 
-    async def _close(self) -> None:
-        await self.inner.close()
+    async def _delete(self, key: str) -> None:
+        raise ReadOnlyError(f"{self!r} is read-only")

@@ -1,7 +1,8 @@
 """Neuroglancer precomputed ``neuroglancer_uint64_sharded_v1``: pure spec, format and volume code.
 
 - :mod:`.spec`: the sharding JSON, chunk-id hashing, shard/minishard mapping, Morton codes.
-- :mod:`.format`: shard index, minishard index and chunk data decoding; shard building.
+- :mod:`.shard`: shard index, minishard index and chunk data codecs; whole-shard split
+  (with the placement check) and shard building.
 - :mod:`.volume`: the volume ``info`` file, chunk names and chunk ids of a scale.
 """
 
@@ -12,9 +13,10 @@ from asyncshard.formats.precomputed.shard import (
     decode_chunk_data,
     decode_minishard_index,
     decode_shard_index,
-    find_chunk,
+    find_chunks,
     minishard_index_range,
     shard_index_nbytes,
+    split_shard,
 )
 from asyncshard.formats.precomputed.spec import (
     ShardingSpec,
@@ -35,7 +37,8 @@ __all__ = [
     "decode_compressed_morton",
     "decode_minishard_index",
     "decode_shard_index",
-    "find_chunk",
+    "find_chunks",
     "minishard_index_range",
     "shard_index_nbytes",
+    "split_shard",
 ]

@@ -31,15 +31,18 @@ __all__ = [
     "MinishardIndex",
     "build_shard",
     "build_shards",
+    "check_placement",
     "decode_chunk_data",
     "decode_minishard_index",
     "decode_shard_index",
+    "encode_chunk_data",
     "encode_minishard_index",
     "encode_shard_index",
-    "find_chunk",
+    "find_chunks",
     "gunzip_bounded",
     "minishard_index_range",
     "shard_index_nbytes",
+    "split_shard",
 ]
 
 BytesLike: TypeAlias = bytes | bytearray | memoryview
@@ -216,17 +219,55 @@ def _sorted_unique(
     return MinishardIndex(ids, starts, ends)
 
 
-def find_chunk(
-    ids: U64Array, starts: U64Array, ends: U64Array, chunk_id: int
-) -> tuple[int, int] | None:
-    """Absolute ``[start, end)`` of ``chunk_id`` in a decoded minishard index, or ``None``."""
-    if not 0 <= chunk_id <= _MAX_U64 or ids.size == 0:
-        return None
-    target = np.uint64(chunk_id)
-    i = int(np.searchsorted(ids, target))
-    if i == ids.size or ids[i] != target:
-        return None
-    return int(starts[i]), int(ends[i])
+def find_chunks(index: MinishardIndex, chunk_ids: npt.ArrayLike) -> list[tuple[int, int] | None]:
+    """Absolute ``[start, end)`` of each of ``chunk_ids`` in a decoded minishard index
+    (``None`` for ids it does not hold): one vectorised search for the batch."""
+    wanted = as_uint64_array(chunk_ids)
+    if index.ids.size == 0:
+        return [None] * wanted.size
+    pos = np.minimum(np.searchsorted(index.ids, wanted), index.ids.size - 1)
+    found = (index.ids[pos] == wanted).tolist()
+    starts, ends = index.starts[pos].tolist(), index.ends[pos].tolist()
+    return [(a, b) if ok else None for ok, a, b in zip(found, starts, ends, strict=True)]
+
+
+def check_placement(
+    index: MinishardIndex, spec: ShardingSpec, shard: int, minishard: int, *, key: str | None = None
+) -> None:
+    """``CorruptShardError`` unless every id of a minishard index hashes to this shard and
+    minishard: a misplaced chunk could never be found by a reader."""
+    shards, minis = spec.shard_and_minishard(index.ids)
+    bad = (shards != np.uint64(shard)) | (minis != np.uint64(minishard))
+    if bool(bad.any()):
+        i = int(np.argmax(bad))
+        raise CorruptShardError(
+            f"chunk id {int(index.ids[i])} is stored in minishard {minishard} but belongs to "
+            f"shard {int(shards[i])} minishard {int(minis[i])}",
+            key=key,
+        )
+
+
+def split_shard(
+    shard: BytesLike, spec: ShardingSpec, shard_number: int, *, key: str | None = None
+) -> dict[int, memoryview]:
+    """Every chunk of a whole shard file, still encoded, as zero-copy slices.
+
+    Validates the shard index, each minishard index and the placement of every id
+    (:func:`check_placement`); ``CorruptShardError`` naming ``key`` otherwise.
+    """
+    view = memoryview(shard)
+    nbytes = shard_index_nbytes(spec)
+    table = decode_shard_index(view[:nbytes], spec, key=key, shard_size=len(view))
+    chunks: dict[int, memoryview] = {}
+    for minishard in np.flatnonzero(table[:, 0] != table[:, 1]).tolist():
+        start, end = minishard_index_range(table, minishard)
+        mini = decode_minishard_index(view[start:end], spec, key=key, shard_size=len(view))
+        check_placement(mini, spec, shard_number, minishard, key=key)
+        for chunk_id, a, b in zip(
+            mini.ids.tolist(), mini.starts.tolist(), mini.ends.tolist(), strict=True
+        ):
+            chunks[chunk_id] = view[a:b]
+    return chunks
 
 
 def encode_minishard_index(
@@ -270,6 +311,11 @@ def decode_chunk_data(
     """A chunk's raw bytes: ``buf`` itself, or bounded-gunzipped when ``data_encoding`` is gzip."""
     out = _decode(buf, spec.data_encoding, max_nbytes, key)
     return out if isinstance(out, bytes) else bytes(out)
+
+
+def encode_chunk_data(raw: BytesLike, spec: ShardingSpec) -> BytesLike:
+    """A chunk's stored bytes: ``raw`` itself, or gzipped when ``data_encoding`` is gzip."""
+    return _gzip(raw) if spec.data_encoding == "gzip" else raw
 
 
 # --------------------------------------------------------------------------- shard building
@@ -329,8 +375,7 @@ def _append_chunks(
     starts: list[int] = []
     ends: list[int] = []
     for chunk_id in ids.tolist():
-        data = chunks[chunk_id]
-        encoded = _gzip(data) if spec.data_encoding == "gzip" else data
+        encoded = encode_chunk_data(chunks[chunk_id], spec)
         parts.append(encoded)
         starts.append(pos)
         pos += memoryview(encoded).nbytes

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import InvalidMetadataError
+from asyncshard.formats.morton import decode_morton_codes, morton_bits, morton_codes
 
 __all__ = [
     "SHARDING_TYPE",
@@ -294,52 +295,29 @@ def _grid_shape3(grid_shape: Sequence[int]) -> tuple[int, int, int]:
 
 def compressed_morton_bits(grid_shape: Sequence[int]) -> tuple[int, int, int]:
     """Bits per dimension of a compressed Morton code: ``bit_length(grid_shape[d] - 1)``."""
-    shape = _grid_shape3(grid_shape)
-    x, y, z = ((s - 1).bit_length() for s in shape)
+    x, y, z = morton_bits(_grid_shape3(grid_shape))
     return x, y, z
 
 
-def _bit_plan(grid_shape: Sequence[int]) -> list[tuple[int, int]]:
-    """(dimension, bit of the coordinate) for each bit of the code, lowest first."""
-    bits = compressed_morton_bits(grid_shape)
-    if sum(bits) > 64:
-        raise InvalidMetadataError(
-            f"grid shape {tuple(grid_shape)} needs {sum(bits)} bits: chunk ids exceed 64 bits"
-        )
-    return [(d, i) for i in range(max(bits)) for d in range(3) if i < bits[d]]
-
-
 def compressed_morton_code(grid_pos: npt.ArrayLike, grid_shape: Sequence[int]) -> U64Array:
-    """Compressed Morton codes of grid positions (array of shape ``(..., 3)``, x y z).
+    """Compressed Morton codes (chunk ids) of ``(..., 3)`` x y z grid positions.
 
-    Returns an array of shape ``(...)``; ``ValueError`` if a position lies outside the grid.
+    :func:`~asyncshard.formats.morton.morton_codes` on a 3-d grid; ``InvalidMetadataError``
+    when the grid needs more than 64 bits, ``ValueError`` for positions outside it.
     """
-    pos = np.asarray(grid_pos)
-    if pos.ndim == 0 or pos.shape[-1] != 3 or (pos.size and pos.dtype.kind not in "iu"):
-        raise ValueError(f"grid positions must be integers of shape (..., 3), got {pos.shape}")
-    shape = np.array(_grid_shape3(grid_shape), dtype=np.int64)
-    if pos.size and (bool((pos < 0).any()) or bool((pos >= shape).any())):
-        raise ValueError(f"grid position outside the grid {tuple(shape.tolist())}")
-    upos = pos.astype(np.uint64)
-    code = np.zeros(pos.shape[:-1], dtype=np.uint64)
-    for j, (d, i) in enumerate(_bit_plan(grid_shape)):
-        code |= ((upos[..., d] >> np.uint64(i)) & np.uint64(1)) << np.uint64(j)
-    return code
+    return morton_codes(grid_pos, _checked_grid(grid_shape))
 
 
 def decode_compressed_morton(codes: npt.ArrayLike, grid_shape: Sequence[int]) -> U64Array:
-    """Inverse of :func:`compressed_morton_code`: grid positions, shape ``(..., 3)``.
+    """Inverse of :func:`compressed_morton_code`: ``(..., 3)`` grid positions."""
+    return decode_morton_codes(as_uint64_array(codes, "chunk ids"), _checked_grid(grid_shape))
 
-    ``ValueError`` if a code has bits beyond the code width or decodes outside the grid.
-    """
-    arr = as_uint64_array(codes, "chunk ids")
-    plan = _bit_plan(grid_shape)
-    if len(plan) < 64 and arr.size and int(arr.max()) >> len(plan):
-        raise ValueError(f"chunk id exceeds the {len(plan)}-bit code of grid {tuple(grid_shape)}")
-    pos = np.zeros((*arr.shape, 3), dtype=np.uint64)
-    for j, (d, i) in enumerate(plan):
-        pos[..., d] |= ((arr >> np.uint64(j)) & np.uint64(1)) << np.uint64(i)
-    shape = np.array(_grid_shape3(grid_shape), dtype=np.uint64)
-    if pos.size and bool((pos >= shape).any()):
-        raise ValueError(f"chunk id decodes outside the grid {tuple(grid_shape)}")
-    return pos
+
+def _checked_grid(grid_shape: Sequence[int]) -> tuple[int, int, int]:
+    shape = _grid_shape3(grid_shape)
+    bits = compressed_morton_bits(shape)
+    if sum(bits) > 64:
+        raise InvalidMetadataError(
+            f"grid shape {shape} needs {sum(bits)} bits: chunk ids exceed 64 bits"
+        )
+    return shape

@@ -7,6 +7,8 @@ edge); sharded chunks are identified by the compressed Morton code of their grid
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -17,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import InvalidMetadataError
+from asyncshard.formats.morton import decode_morton, morton_code
 from asyncshard.formats.precomputed.spec import (
     ShardingSpec,
     U64Array,
@@ -32,6 +35,8 @@ __all__ = [
     "GridPos",
     "Scale",
     "VolumeInfo",
+    "unsharded_info",
+    "unsharded_info_bytes",
 ]
 
 VOLUME_TYPE = "neuroglancer_multiscale_volume"
@@ -253,11 +258,13 @@ class Scale:
 
     def chunk_id(self, grid_pos: Sequence[int]) -> int:
         """Sharded chunk id of a grid position: its compressed Morton code."""
-        return int(compressed_morton_code(self._check_pos(grid_pos), self.grid_shape))
+        return morton_code(self._check_pos(grid_pos), self.grid_shape)
 
     def grid_pos_of(self, chunk_id: int) -> GridPos:
         """Grid position of a chunk id; ``ValueError`` if no chunk of this scale has that id."""
-        x, y, z = decode_compressed_morton(chunk_id, self.grid_shape).tolist()
+        if not isinstance(chunk_id, int | np.integer):
+            raise ValueError(f"chunk id must be an integer, got {chunk_id!r}")
+        x, y, z = decode_morton(int(chunk_id), self.grid_shape)
         return x, y, z
 
     def chunk_ids(self, grid_positions: npt.ArrayLike) -> U64Array:
@@ -354,3 +361,33 @@ class VolumeInfo:
             if scale.key == key:
                 return scale
         raise KeyError(key)
+
+    def max_chunk_nbytes(self, scale: Scale) -> int:
+        """The most bytes one stored chunk of ``scale`` may hold once gunzipped.
+
+        A ``raw`` chunk holds exactly its voxels (a full chunk at most); the other
+        encodings compress, and twice the raw size plus 64 KiB bounds even worst-case
+        compressed segmentation. A gzip bomb in a shard cannot expand past this.
+        """
+        raw = math.prod(scale.chunk_size) * self.num_channels * self.dtype.itemsize
+        return raw if scale.encoding == "raw" else 2 * raw + 65536
+
+
+def unsharded_info(info_doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a volume ``info`` JSON object with ``sharding`` removed from every scale.
+
+    Unknown members are kept as they are; ``info_doc`` is not modified.
+    """
+    doc = copy.deepcopy(dict(info_doc))
+    scales = doc.get("scales")
+    if isinstance(scales, list):
+        for scale in scales:
+            if isinstance(scale, dict):
+                scale.pop("sharding", None)
+    return doc
+
+
+def unsharded_info_bytes(info_doc: Mapping[str, Any]) -> bytes:
+    """The served bytes of :func:`unsharded_info`: the one rendering of an unsharded
+    ``info``, so that every entry point serves the same bytes."""
+    return json.dumps(unsharded_info(info_doc), indent=2).encode()

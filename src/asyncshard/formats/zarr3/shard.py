@@ -12,9 +12,8 @@ Nothing here does I/O or awaits: bytes and numpy arrays in, bytes and numpy arra
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal, TypeVar
 
 import crc32c
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import ChecksumError, CorruptShardError
+from asyncshard.formats.morton import morton_order, morton_rank
 
 __all__ = [
     "EMPTY",
@@ -278,51 +278,6 @@ def decode_shard(
     return {pos: view[off : off + n] for pos, off, n in chunk_slices(index)}
 
 
-@lru_cache(maxsize=64)
-def _morton_order_cached(shape: tuple[int, ...]) -> npt.NDArray[np.intp]:
-    n = math.prod(shape)
-    ndim = len(shape)
-    if n == 0 or ndim == 0:
-        empty = np.zeros((n, ndim), dtype=np.intp)
-        empty.flags.writeable = False
-        return empty
-    positions = np.indices(shape).reshape(ndim, -1).T
-    bits = [(s - 1).bit_length() for s in shape]
-    if sum(bits) > 64:
-        raise ValueError(f"grid {shape} is too large for a 64-bit Morton code")
-    codes = np.zeros(n, dtype=np.uint64)
-    out_bit = 0
-    for bit in range(max(bits)):
-        for dim in range(ndim):
-            if bit < bits[dim]:
-                b = (positions[:, dim].astype(np.uint64) >> np.uint64(bit)) & np.uint64(1)
-                codes |= b << np.uint64(out_bit)
-                out_bit += 1
-    order = positions[np.argsort(codes, kind="stable")]
-    order.flags.writeable = False
-    return order
-
-
-def morton_order(shape: Sequence[int]) -> npt.NDArray[np.intp]:
-    """Positions ``(n, ndim)`` of a grid in Z-order (dimension 0 takes the lowest bit).
-
-    Works for any dimensionality and non-power-of-two shapes (compressed Morton code, the
-    order zarr-python writes). The returned array is cached and read-only.
-    """
-    return _morton_order_cached(tuple(int(s) for s in shape))
-
-
-@lru_cache(maxsize=64)
-def _morton_rank(shape: tuple[int, ...]) -> npt.NDArray[np.intp]:
-    """For each C-order linear position, its rank in Morton order."""
-    order = _morton_order_cached(shape)
-    linear = np.ravel_multi_index(tuple(order.T), shape) if shape else np.zeros(1, np.intp)
-    rank = np.empty(len(order), dtype=np.intp)
-    rank[linear] = np.arange(len(order), dtype=np.intp)
-    rank.flags.writeable = False
-    return rank
-
-
 def _checked_position(pos: object, cps: tuple[int, ...]) -> tuple[int, ...]:
     if not isinstance(pos, tuple) or len(pos) != len(cps) or not all(_is_int(p) for p in pos):
         raise ValueError(f"chunk position {pos!r} is not a tuple of {len(cps)} ints")
@@ -340,7 +295,7 @@ def _write_order(
         return list(range(len(positions)))
     linear = np.ravel_multi_index(tuple(np.array(positions, dtype=np.intp).T), cps)
     if order == "morton":
-        keys = _morton_rank(cps)[linear]
+        keys = morton_rank(cps)[linear]
     elif order == "C":
         keys = linear
     else:

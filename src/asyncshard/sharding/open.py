@@ -1,0 +1,69 @@
+"""``open_sharded(url, path)``: the sharded store of a dataset, whatever its format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asyncshard.errors import InvalidMetadataError
+from asyncshard.formats.precomputed.volume import VolumeInfo
+from asyncshard.sharding.common import read_json
+from asyncshard.sharding.engine import ShardedAdapter
+from asyncshard.sharding.precomputed import Uint64ShardedStore
+from asyncshard.sharding.volume import scale_store
+from asyncshard.sharding.zarr import ZarrShardedStore
+from asyncshard.store import Store
+
+__all__ = ["open_sharded"]
+
+
+async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any) -> ShardedAdapter:
+    """Open the sharded dataset at ``path`` of a store URL (or Store).
+
+    * a folder with ``zarr.json`` (or draft transformer metadata): its sharded Zarr array,
+      keys are the array's chunk keys (:class:`ZarrShardedStore`);
+    * a folder whose ``info`` has ``sharding`` (meshes, skeletons, annotations by id): keys
+      are chunk ids (:class:`Uint64ShardedStore`);
+    * a sharded scale's folder of a precomputed volume (``<volume>/<scale key>``): keys are
+      the unsharded chunk names ``x0-x1_y0-y1_z0-z1``.
+
+    ``options`` go to the sharded store (``cache``, ``recheck_after``, ``write_order`` for
+    Zarr) and, for a URL, the rest to :func:`~asyncshard.open_store`.
+    """
+    from asyncshard.backends.registry import open_store
+
+    store_keys = ("cache", "recheck_after", "write_order")
+    adapter = {k: options.pop(k) for k in store_keys if k in options}
+    inner = open_store(url_or_store, **options) if isinstance(url_or_store, str) else url_or_store
+    path = path.strip("/")
+    base = f"{path}/" if path else ""
+    if await inner.exists(base + "zarr.json") or await _has_draft(inner, path):
+        return await ZarrShardedStore.open(inner, path, **adapter)
+    adapter.pop("write_order", None)
+    info = await read_json(inner, base + "info")
+    if info is not None:
+        if info.get("sharding") is not None:
+            return await Uint64ShardedStore.open(inner, path, **adapter)
+        sharded = [s.get("key") for s in info.get("scales") or [] if isinstance(s, dict)
+                   and s.get("sharding")]
+        raise InvalidMetadataError(
+            f"{base}info: a precomputed volume; open one of its sharded scales: "
+            + (", ".join(f"{base}{k}" for k in sharded) or "(none is sharded)")
+        )
+    volume_path, _, scale_key = path.rpartition("/")
+    vinfo_key = f"{volume_path}/info" if volume_path else "info"
+    doc = await read_json(inner, vinfo_key) if scale_key else None
+    if doc is not None and "scales" in doc:
+        volume = VolumeInfo.from_json(doc)
+        try:
+            scale = volume.scale(scale_key)
+        except KeyError:
+            raise InvalidMetadataError(f"{vinfo_key}: no scale {scale_key!r}") from None
+        return scale_store(inner, volume, scale, path=volume_path, named=True, **adapter)
+    raise InvalidMetadataError(
+        f"no sharded dataset at {path or '/'!r}: no zarr.json, draft metadata or info"
+    )
+
+
+async def _has_draft(inner: Store, path: str) -> bool:
+    draft_key = f"meta/root/{path}.array.json" if path else "meta/root.array.json"
+    return await inner.exists(draft_key)
