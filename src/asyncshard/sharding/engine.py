@@ -342,8 +342,11 @@ class ShardedAdapter(WrapperStore, IndexIO):
         inner: the store holding the shards (and everything else, passed through).
         fmt: the format's strategy.
         cache: where decoded indexes are kept (default: the process-wide cache).
-        recheck_after: seconds an index may answer "no such chunk" (and ``head``)
-            before it is revalidated (one ``head`` of the shard); ``0``: always.
+        recheck_after: seconds an index may answer without a data read confirming it
+            ("no such chunk", ``head``, a data-cache hit) before it is revalidated (one
+            ``head`` of the shard); ``0``: always.
+        data_cache: keep chunk bytes (decoded) here, keyed by shard version: a repeated
+            read within ``recheck_after`` costs no request. Off by default.
     """
 
     def __init__(
@@ -353,6 +356,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         *,
         cache: IndexCache | None = None,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
+        data_cache: IndexCache | None = None,
     ) -> None:
         super().__init__(inner)
         if recheck_after < 0:
@@ -360,6 +364,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         self.format = fmt
         self.cache = cache if cache is not None else default_cache()
         self.recheck_after = recheck_after
+        self.data_cache = data_cache
         self._ns = new_namespace(fmt.kind)
         self._reads: Batcher[ChunkRead, GetResult | None] = Batcher(
             self._read_shard, lambda read: read.shard_key
@@ -512,8 +517,16 @@ class ShardedAdapter(WrapperStore, IndexIO):
         ):
             return await self._read_whole(shard_key, reads)
         found = await self._find(shard_key, chunks, checked=False)
-        if len(found.entries) < len(chunks):  # "no such chunk" answers: recent enough?
-            found = await self._recheck(shard_key, chunks, found)
+        hits = self._cached_data(shard_key, found, chunks)
+        if len(found.entries) < len(chunks) or hits:  # answers from the index alone
+            try:  # must come from a recent index
+                rechecked = await self._recheck(shard_key, chunks, found)
+            except ConflictError as exc:
+                if exc.key != shard_key:
+                    raise
+                raise _Stale(shard_key) from None
+            if rechecked is not found:
+                found, hits = rechecked, self._cached_data(shard_key, rechecked, chunks)
         out: list[GetResult | None] = [None] * len(reads)
         fetch: list[tuple[int, Range, int]] = []
         for i, read in enumerate(reads):
@@ -524,10 +537,14 @@ class ShardedAdapter(WrapperStore, IndexIO):
             if read.if_match is not None:  # the caller's own condition: final
                 meta = ObjectMeta(read.key, 0, found.version)
                 check_condition(read.key, meta, read.if_match, False)
-            if fmt.encoded:
-                fetch.append((i, Range(start, end), end - start))
+            cached = hits.get(read.chunk)
+            if cached is not None:
+                a, b = resolve(read.rng, len(cached))
+                meta = ObjectMeta(read.key, len(cached), found.version)
+                out[i] = GetResult(memoryview(cached)[a:b], meta)
                 continue
-            a, b = resolve(read.rng, end - start)
+            whole = fmt.encoded or self.data_cache is not None
+            a, b = (0, end - start) if whole else resolve(read.rng, end - start)
             fetch.append((i, Range(start + a, start + b), end - start))
         if not fetch:
             return out
@@ -538,6 +555,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
             )
         except ConflictError:  # only the shard version was a condition here
             raise _Stale(shard_key) from None
+        decoded: dict[Chunk, Data] = {}
         for (i, rng, size), value in zip(fetch, data, strict=True):
             if value is None:  # deleted since its index was cached
                 raise _Stale(shard_key)
@@ -547,19 +565,43 @@ class ShardedAdapter(WrapperStore, IndexIO):
                     f"chunk bytes [{rng.start}, {rng.end}) lie past the end of the shard",
                     key=shard_key,
                 )
-            out[i] = await self._result(reads[i], value, found.version, size)
+            read = reads[i]
+            if not fmt.encoded and self.data_cache is None:  # the range asked, fetched
+                out[i] = GetResult(value, ObjectMeta(read.key, size, found.version))
+                continue
+            raw = decoded.get(read.chunk)
+            if raw is None:  # once per chunk, however often it was asked
+                raw = decoded[read.chunk] = await self._raw(read, value, found.version)
+            a, b = resolve(read.rng, len(raw))
+            out[i] = GetResult(memoryview(raw)[a:b], ObjectMeta(read.key, len(raw), found.version))
         return out
 
-    async def _result(
-        self, read: ChunkRead, value: Data, version: str | None, chunk_size: int
-    ) -> GetResult:
-        """A read's result from the bytes fetched for it: the requested range of a plain
-        chunk (``chunk_size`` bytes in all), or an encoded chunk to decode and cut."""
-        if not self.format.encoded:
-            return GetResult(value, ObjectMeta(read.key, chunk_size, version))
-        raw = memoryview(await self._decode(value, read.shard_key, read.chunk))
-        a, b = resolve(read.rng, len(raw))
-        return GetResult(raw[a:b], ObjectMeta(read.key, len(raw), version))
+    def _cached_data(
+        self, shard_key: str, found: Found, chunks: Sequence[Chunk]
+    ) -> dict[Chunk, bytes]:
+        """The chunks of ``found``'s shard version held by the data cache."""
+        cache = self.data_cache
+        if cache is None or found.version is None:
+            return {}
+        hits: dict[Chunk, bytes] = {}
+        for chunk in chunks:
+            if chunk in found.entries:
+                entry = cache.peek((self._ns, "data", shard_key, found.version, chunk))
+                if entry is not None:
+                    hits[chunk] = entry.value
+        return hits
+
+    async def _raw(self, read: ChunkRead, stored: Data, version: str | None) -> Data:
+        """A whole chunk's raw bytes from its stored bytes (decoded if the format encodes
+        them), kept in the data cache when there is one."""
+        fmt = self.format
+        raw = await self._decode(stored, read.shard_key, read.chunk) if fmt.encoded else stored
+        if self.data_cache is not None and version is not None:
+            owned = raw if isinstance(raw, bytes) else bytes(raw)  # not a view of a big buffer
+            name = (self._ns, "data", read.shard_key, version, read.chunk)
+            self.data_cache.put(name, owned, version, len(owned))
+            return owned
+        return raw
 
     async def _decode(self, stored: BytesLike, shard_key: str, chunk: Chunk) -> Data:
         """Decode a chunk; work that may be large (by the format's limit and the worst
@@ -590,30 +632,26 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 continue
             if read.if_match is not None:
                 check_condition(read.key, ObjectMeta(read.key, 0, version), read.if_match, False)
-            if self.format.encoded:
-                out.append(await self._result(read, stored, version, len(stored)))
-            else:
-                a, b = resolve(read.rng, len(stored))
-                out.append(GetResult(stored[a:b], ObjectMeta(read.key, len(stored), version)))
+            raw = await self._raw(read, stored, version)
+            a, b = resolve(read.rng, len(raw))
+            out.append(GetResult(memoryview(raw)[a:b], ObjectMeta(read.key, len(raw), version)))
         return out
 
     def _remember_missing(self, shard_key: str) -> None:
         self.cache.put((self._ns, *self.format.index_name(shard_key)), None, None, 0)
 
     async def _find(self, shard_key: str, chunks: Sequence[Chunk], *, checked: bool) -> Found:
-        """``format.find`` with stale deeper levels retried on a fresh top-level index;
-        ``checked``: every answer (not only "no such chunk") must be recent."""
-        for _ in range(STALE_RETRIES + 1):
-            try:
-                found = await self.format.find(self, shard_key, chunks)
-                if checked:
-                    found = await self._recheck(shard_key, chunks, found)
-                return found
-            except ConflictError as exc:
-                if exc.key != shard_key:
-                    raise
-                self._forget(shard_key)
-        raise ConflictError(f"{shard_key}: the shard keeps changing", key=shard_key)
+        """``format.find``; ``checked``: every answer (not only "no such chunk") must come
+        from a recent index. A deeper index level found the shard changed: ``_Stale``."""
+        try:
+            found = await self.format.find(self, shard_key, chunks)
+            if checked:
+                found = await self._recheck(shard_key, chunks, found)
+        except ConflictError as exc:
+            if exc.key != shard_key:
+                raise
+            raise _Stale(shard_key) from None
+        return found
 
     async def _recheck(self, shard_key: str, chunks: Sequence[Chunk], found: Found) -> Found:
         """``found``, or a fresh lookup when its index is older than ``recheck_after`` and
@@ -654,11 +692,19 @@ class ShardedAdapter(WrapperStore, IndexIO):
             return await super()._head(key)
         if not loc.inside:
             return None
+        read = ChunkRead(key, loc.shard_key, loc.chunk, None, None)
         if self.format.encoded:  # the raw size needs the data
-            read = ChunkRead(key, loc.shard_key, loc.chunk, None, None)
             [result] = await self._read_shard([read])
             return None if result is None else result.meta
-        found = await self._find(loc.shard_key, [loc.chunk], checked=True)
+        for _ in range(STALE_RETRIES + 1):
+            try:
+                found = await self._find(loc.shard_key, [loc.chunk], checked=True)
+                break
+            except _Stale:
+                self._forget(loc.shard_key)
+        else:
+            [result] = await self._read_whole(loc.shard_key, [read])
+            return None if result is None else result.meta
         entry = found.entries.get(loc.chunk)
         return None if entry is None else ObjectMeta(key, entry[1] - entry[0], found.version)
 

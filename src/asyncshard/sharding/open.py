@@ -26,12 +26,12 @@ async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any
     * a sharded scale's folder of a precomputed volume (``<volume>/<scale key>``): keys are
       the unsharded chunk names ``x0-x1_y0-y1_z0-z1``.
 
-    ``options`` go to the sharded store (``cache``, ``recheck_after``, ``write_order`` for
-    Zarr) and, for a URL, the rest to :func:`~asyncshard.open_store`.
+    ``options`` go to the sharded store (``cache``, ``data_cache``, ``recheck_after``,
+    ``write_order`` for Zarr) and, for a URL, the rest to :func:`~asyncshard.open_store`.
     """
     from asyncshard.backends.registry import open_store
 
-    store_keys = ("cache", "recheck_after", "write_order")
+    store_keys = ("cache", "data_cache", "recheck_after", "write_order")
     adapter = {k: options.pop(k) for k in store_keys if k in options}
     inner = open_store(url_or_store, **options) if isinstance(url_or_store, str) else url_or_store
     path = path.strip("/")

@@ -326,7 +326,7 @@ class Uint64ShardedStore(ShardedAdapter):
         names: a volume scale: chunks are named by their unsharded chunk names.
         cache: where decoded indexes are kept (default: the process-wide cache).
         max_chunk_nbytes: the largest decoded chunk accepted (gzip data).
-        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
     """
 
     def __init__(
@@ -339,6 +339,7 @@ class Uint64ShardedStore(ShardedAdapter):
         cache: IndexCache | None = None,
         max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
+        data_cache: IndexCache | None = None,
     ) -> None:
         prefix = prefix.strip("/")
         fmt = PrecomputedFormat(
@@ -347,7 +348,9 @@ class Uint64ShardedStore(ShardedAdapter):
             names=names,
             max_chunk_nbytes=max_chunk_nbytes,
         )
-        super().__init__(inner, fmt, cache=cache, recheck_after=recheck_after)
+        super().__init__(
+            inner, fmt, cache=cache, recheck_after=recheck_after, data_cache=data_cache
+        )
         self.precomputed = fmt
         self.spec = spec
         self.prefix = fmt.prefix

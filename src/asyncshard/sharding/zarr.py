@@ -197,7 +197,7 @@ class ZarrShardedStore(ShardedAdapter):
         layout: the array's sharding layout (:meth:`open` reads it from the metadata).
         cache: where decoded shard indexes are kept (default: the process-wide cache).
         write_order: order of chunk data in written shards (``"morton"``: zarr-python's).
-        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
     """
 
     def __init__(
@@ -208,9 +208,14 @@ class ZarrShardedStore(ShardedAdapter):
         cache: IndexCache | None = None,
         write_order: Literal["morton", "C"] = "morton",
         recheck_after: float = DEFAULT_RECHECK_AFTER,
+        data_cache: IndexCache | None = None,
     ) -> None:
         super().__init__(
-            inner, ZarrFormat(layout, write_order), cache=cache, recheck_after=recheck_after
+            inner,
+            ZarrFormat(layout, write_order),
+            cache=cache,
+            recheck_after=recheck_after,
+            data_cache=data_cache,
         )
         self.layout = layout
         self.write_order = write_order

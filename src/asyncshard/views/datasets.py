@@ -60,10 +60,19 @@ class Dataset:
 
 @dataclass(frozen=True)
 class Options:
-    """How datasets are opened: the shared index cache and the recheck window."""
+    """How datasets are opened: the shared caches and the recheck window."""
 
     cache: IndexCache
     recheck_after: float = DEFAULT_RECHECK_AFTER
+    data_cache: IndexCache | None = None
+
+    def store_options(self) -> dict[str, Any]:
+        """Keyword arguments of the datasets' sharded stores."""
+        return {
+            "cache": self.cache,
+            "recheck_after": self.recheck_after,
+            "data_cache": self.data_cache,
+        }
 
 
 #: ``(inner, folder, raw metadata, options)`` -> the dataset, or ``None``.
@@ -96,9 +105,7 @@ def open_zarr(inner: Store, folder: str, raw: bytes, options: Options) -> Datase
         document = json.dumps(unsharded_metadata(doc), indent=2).encode()
     except AsyncShardError:
         return None  # not a layout we can unshard: served as it is
-    store = ZarrShardedStore(
-        inner, layout, cache=options.cache, recheck_after=options.recheck_after
-    )
+    store = ZarrShardedStore(inner, layout, **options.store_options())
     return Dataset(folder, folder + "zarr.json", document, (Scope("", store),))
 
 
@@ -112,15 +119,7 @@ def open_precomputed(inner: Store, folder: str, raw: bytes, options: Options) ->
         scopes = tuple(
             Scope(
                 f"{folder}{scale.key}/",
-                scale_store(
-                    inner,
-                    info,
-                    scale,
-                    path=folder,
-                    named=True,
-                    cache=options.cache,
-                    recheck_after=options.recheck_after,
-                ),
+                scale_store(inner, info, scale, path=folder, named=True, **options.store_options()),
             )
             for scale in info.scales
             if scale.sharding is not None

@@ -127,7 +127,7 @@ class UnshardedView(WrapperStore):
         inner: any Store.
         cache: the index cache of every dataset's sharded store (default: a private one).
         list_chunks: list chunk keys by reading shard indexes (see the module docstring).
-        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
         max_folders: folders whose metadata is remembered.
         max_depth: folders above a key searched for its dataset.
@@ -140,6 +140,7 @@ class UnshardedView(WrapperStore):
         cache: IndexCache | None = None,
         list_chunks: bool = False,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
+        data_cache: IndexCache | None = None,
         metadata_ttl: float = DEFAULT_METADATA_TTL,
         max_folders: int = DEFAULT_MAX_FOLDERS,
         max_depth: int = DEFAULT_MAX_DEPTH,
@@ -147,7 +148,8 @@ class UnshardedView(WrapperStore):
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
         super().__init__(inner)
-        self.options = Options(cache if cache is not None else IndexCache(), recheck_after)
+        index_cache = cache if cache is not None else IndexCache()
+        self.options = Options(index_cache, recheck_after, data_cache)
         self.list_chunks = list_chunks
         self.metadata_ttl = metadata_ttl
         self.max_depth = max_depth

@@ -378,6 +378,8 @@ def unsharded_info(info_doc: Mapping[str, Any]) -> dict[str, Any]:
 
     Unknown members are kept as they are; ``info_doc`` is not modified.
     """
+    if not isinstance(info_doc, Mapping):
+        raise InvalidMetadataError(f"info must be a JSON object, got {type(info_doc).__name__}")
     doc = copy.deepcopy(dict(info_doc))
     scales = doc.get("scales")
     if isinstance(scales, list):

@@ -448,7 +448,7 @@ def _draft_transformer(meta: Mapping[str, Any], ndim: int) -> Coords:
     path = "storage_transformers[0]"
     entry = _mapping(transformers[0], path)
     names = [entry[k] for k in _DRAFT_NAME_FIELDS if k in entry]
-    if not names or not all(n in _DRAFT_NAMES for n in names):
+    if not names or not all(isinstance(n, str) and n in _DRAFT_NAMES for n in names):
         raise InvalidMetadataError(f"{path}: not the sharding transformer: {names!r}")
     config = _mapping(_get(entry, "configuration", f"{path}."), f"{path}.configuration")
     if config.get("format", "indexed") != "indexed":
