@@ -268,7 +268,7 @@ async def _run_pass(
     keys, note = switched_manifest(
         array.doc, array.layout(), dst, chunks, add=opts.manifest, name=array.path
     )
-    if note is not None:
+    if note is not None and note not in report.notes:  # once for both passes of a reshard
         report.notes.append(note)
     await _switch(store, array, target, keys)
     await delete_keys(store, src_keys)
