@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from asyncshard.backends import LocalStore, MemoryStore
 from asyncshard.convert import (
     MANIFEST_ATTRIBUTE,
     ConversionError,
+    ManifestWarning,
     PassStarted,
     TaskDone,
     find_arrays,
@@ -30,6 +32,15 @@ from tests.convert.helpers import assert_readable, make_array, snapshot, store_s
 def meta(path: Path) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads((path / "zarr.json").read_text())
     return doc
+
+
+def write_meta(path: Path, doc: dict[str, Any]) -> None:
+    (path / "zarr.json").write_text(json.dumps(doc))
+
+
+def cells(keys: Iterable[str]) -> list[str]:
+    """Flat chunk keys ``c/0/1`` as manifest keys ``0.1``."""
+    return [k.removeprefix("c/").replace("/", ".") for k in keys]
 
 
 def test_round_trip_flat_sharded_resharded_flat(tmp_path: Path) -> None:
@@ -61,7 +72,7 @@ def test_round_trip_flat_sharded_resharded_flat(tmp_path: Path) -> None:
     assert snapshot(arr) == original  # same keys, same bytes
     back = meta(arr)
     manifest = back["attributes"].pop(MANIFEST_ATTRIBUTE)
-    assert manifest == sorted(original)
+    assert manifest == sorted(cells(original))  # spec 002's form: "0.0.2"
     assert back == original_meta
     assert_readable(arr, data)
 
@@ -178,25 +189,91 @@ def test_manifest_maintained_and_rebuilt(tmp_path: Path) -> None:
     stored = sorted(snapshot(arr))
     shard_store(str(arr), 2)
     manifest = meta(arr)["attributes"][MANIFEST_ATTRIBUTE]
-    assert manifest == sorted(k.replace("/", ".") for k in stored)
+    assert manifest == sorted(cells(stored))
     assert len(manifest) == 12
 
     doc = meta(arr)
-    doc["attributes"][MANIFEST_ATTRIBUTE] = ["stale"]
-    (arr / "zarr.json").write_text(json.dumps(doc))
+    doc["attributes"][MANIFEST_ATTRIBUTE] = ["0.0"]  # stale
+    write_meta(arr, doc)
     summary = shard_store(str(arr), 2, rebuild_manifest=True)
     assert "manifest rebuilt (12 chunks)" in summary.skipped[0][1]
     assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == manifest
     rebuild_manifest(str(arr))
     assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == manifest
 
-    unshard_store(str(arr), manifest=False)  # present: kept correct anyway
-    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == stored
+    unshard_store(str(arr), manifest=False)  # present: kept
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == manifest
     doc = meta(arr)
     del doc["attributes"][MANIFEST_ATTRIBUTE]
-    (arr / "zarr.json").write_text(json.dumps(doc))
+    write_meta(arr, doc)
     shard_store(str(arr), 2, manifest=False)  # absent: not added
     assert MANIFEST_ATTRIBUTE not in meta(arr)["attributes"]
+
+
+def test_manifest_cells_are_relative_to_the_grid_origin(tmp_path: Path) -> None:
+    """zarr-vectors' form: cell index plus ``chunk_grid_origin`` (negative here)."""
+    arr = tmp_path / "a"
+    make_array(arr, (40, 40), (10, 10))  # stores chunks (i, j) outside (0..1, 0..1)
+    doc = meta(arr)
+    doc["attributes"]["chunk_grid_origin"] = [-2, 5]
+    write_meta(arr, doc)
+    shard_store(str(arr), 2)
+    manifest = meta(arr)["attributes"][MANIFEST_ATTRIBUTE]
+    assert "-2.7" in manifest and "1.8" in manifest and "-2.5" not in manifest
+    assert manifest == sorted(manifest) and len(manifest) == 12
+
+
+def test_manifest_of_zarr_vectors_form_is_kept_verbatim(tmp_path: Path) -> None:
+    """A ``zarr-vectors`` manifest names cells, not objects: conversions never rewrite it
+    (here it lists fewer cells than are stored, and stays so)."""
+    arr = tmp_path / "a"
+    make_array(arr, (40, 40), (10, 10))
+    doc = meta(arr)
+    doc["attributes"][MANIFEST_ATTRIBUTE] = ["3.-1", "0.2"]  # unsorted, origin-shifted
+    write_meta(arr, doc)
+    for convert in (lambda: shard_store(str(arr), 2), lambda: reshard(str(arr), 4)):
+        convert()
+        assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == ["3.-1", "0.2"]
+    unshard_store(str(arr))
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == ["3.-1", "0.2"]
+
+
+def test_manifest_of_chunk_keys_keeps_its_form(tmp_path: Path) -> None:
+    """A manifest of chunk keys (asyncshard 0.1) follows the key encoding, in its form."""
+    arr = tmp_path / "a"
+    make_array(arr, (40, 40), (10, 10))
+    stored = sorted(snapshot(arr))
+    doc = meta(arr)
+    doc["attributes"][MANIFEST_ATTRIBUTE] = stored
+    write_meta(arr, doc)
+    shard_store(str(arr), 2)
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == sorted(
+        k.replace("/", ".") for k in stored
+    )
+    reshard(str(arr), 4)
+    rebuild_manifest(str(arr))
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE][0] == "c.0.2"
+    unshard_store(str(arr))
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == stored
+
+
+@pytest.mark.parametrize("value", [["c/0/0", "0.1"], ["x.1"], "0.1", [[0, 1]], ["0.1.2"]])
+def test_manifest_in_an_unknown_form_is_left_alone(tmp_path: Path, value: Any) -> None:
+    """Neither form (mixed, not integers, not a list, wrong arity): untouched, warned
+    about, and the report says so; rebuilding refuses too."""
+    arr = tmp_path / "a"
+    data = make_array(arr, (40, 40), (10, 10))
+    doc = meta(arr)
+    doc["attributes"][MANIFEST_ATTRIBUTE] = value
+    write_meta(arr, doc)
+    with pytest.warns(ManifestWarning, match="left unchanged"):
+        summary = shard_store(str(arr), 2)
+    assert "nonempty_chunks left unchanged" in str(summary)
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == value
+    assert_readable(arr, data)
+    summary = rebuild_manifest(str(arr))
+    assert summary.skipped[0][1].startswith("nonempty_chunks")
+    assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == value
 
 
 @pytest.mark.filterwarnings("ignore:Consolidated metadata")

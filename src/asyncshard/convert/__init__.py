@@ -17,6 +17,7 @@ or on a Dask cluster (``client=``). See docs/conversion.md.
 """
 
 from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, Encoding
+from asyncshard.convert.manifest import ManifestWarning
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
     default_sharding,
@@ -57,6 +58,7 @@ __all__ = [
     "ConversionSummary",
     "DaskRunner",
     "Encoding",
+    "ManifestWarning",
     "PassDone",
     "PassStarted",
     "ProgressEvent",

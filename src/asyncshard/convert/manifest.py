@@ -1,55 +1,169 @@
-"""The ``nonempty_chunks`` manifest: a sorted list of the stored chunk keys of an array.
+"""The ``nonempty_chunks`` manifest: the sorted list of an array's stored chunks.
 
 Spec 002 keeps it as an array attribute so that "which chunks exist" needs no listing
-and no shard index reads. Keys are the array's chunk keys relative to the array folder
-(``c/0/1``, or ``c.0.1`` with the ``.`` separator); for a sharded array they are the
-inner chunk keys, i.e. what the chunk would be called in the flat layout. The list is
-sorted as strings.
+and no shard index reads. Two forms exist:
 
-Conversions write it from what they moved (exactly the chunks now stored);
-:func:`stored_chunks` rebuilds it from the data (listing plus one index read per shard).
+* ``zarr-vectors`` (what zarr-vectors writes and reads, and what asyncshard writes): the
+  chunk's grid coordinates plus the array's ``chunk_grid_origin`` attribute (zeros when
+  absent; it can be negative), joined by ``.``: ``"-2.0.1"``. The list is sorted as
+  strings. It names cells, not objects, so it is the same flat or sharded.
+* ``chunk-keys`` (written by asyncshard 0.1): the chunk keys relative to the array under
+  its current key encoding (``c/0/1``, ``c.0.1``); it changes with the encoding.
+
+A conversion never changes a manifest's form. A ``zarr-vectors`` manifest stays as it is
+(the conversion moves cells, it does not change which cells are stored); a
+``chunk-keys`` manifest is rewritten under the new encoding from the chunks moved; one
+that is neither is left untouched with a :class:`ManifestWarning`. Where none exists,
+conversions add a ``zarr-vectors`` manifest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, ArrayLayout
 from asyncshard.convert.tasks import read_present_chunks
 from asyncshard.formats.zarr3.metadata import Coords
 from asyncshard.store import Store
 
-__all__ = ["manifest_keys", "manifest_of", "stored_chunks", "with_manifest"]
+__all__ = [
+    "ORIGIN_ATTRIBUTE",
+    "ManifestForm",
+    "ManifestWarning",
+    "manifest_form",
+    "manifest_keys",
+    "manifest_of",
+    "stored_chunks",
+    "switched_manifest",
+    "with_manifest",
+]
+
+#: The attribute of zarr-vectors arrays giving the grid coordinates of cell ``(0, ...)``.
+ORIGIN_ATTRIBUTE = "chunk_grid_origin"
+
+ManifestForm = Literal["zarr-vectors", "chunk-keys"]
 
 _READ_CONCURRENCY = 64
 
 
-def manifest_keys(layout: ArrayLayout, chunks: Iterable[Coords]) -> list[str]:
-    """The manifest of ``chunks`` under ``layout``'s key encoding: sorted chunk keys."""
-    return sorted(layout.manifest_key(c) for c in chunks)
+class ManifestWarning(UserWarning):
+    """A ``nonempty_chunks`` attribute in an unknown form was left as it is."""
 
 
-def manifest_of(doc: Mapping[str, Any]) -> list[str] | None:
-    """The manifest stored in an array document, or ``None``."""
+def _origin(doc: Mapping[str, Any], ndim: int) -> Coords:
+    """The ``chunk_grid_origin`` of an array document (zeros when absent)."""
+    raw = (doc.get("attributes") or {}).get(ORIGIN_ATTRIBUTE)
+    if not raw:  # zarr-vectors stores no origin when it is zero
+        return (0,) * ndim
+    if (
+        not isinstance(raw, list)
+        or len(raw) != ndim
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw)
+    ):
+        raise ValueError(f"{ORIGIN_ATTRIBUTE} {raw!r} is not {ndim} integers")
+    return tuple(raw)
+
+
+def _vector_key(key: str, ndim: int) -> bool:
+    """Whether ``key`` parses as zarr-vectors does (``int`` of every ``.`` part)."""
+    if ndim == 0:
+        return key == ""
+    parts = key.split(".")
+    if len(parts) != ndim:
+        return False
+    try:
+        for part in parts:
+            int(part)
+    except ValueError:
+        return False
+    return True
+
+
+def manifest_of(doc: Mapping[str, Any]) -> Any:
+    """The raw manifest value of an array document, or ``None``."""
     attributes = doc.get("attributes")
     if not isinstance(attributes, Mapping):
         return None
-    value = attributes.get(MANIFEST_ATTRIBUTE)
-    return list(value) if isinstance(value, list) else None
+    return attributes.get(MANIFEST_ATTRIBUTE)
+
+
+def manifest_form(doc: Mapping[str, Any], layout: ArrayLayout) -> ManifestForm | None:
+    """The form of the manifest in ``doc`` (``None``: no manifest).
+
+    Raises ``ValueError`` for a manifest in neither form. An empty list counts as
+    ``zarr-vectors`` (kept as it is). Keys valid in both forms (``v2`` keys with the
+    ``.`` separator look like ``0.1``) count as ``zarr-vectors``.
+    """
+    value = manifest_of(doc)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"{MANIFEST_ATTRIBUTE} is not a list of strings")
+    if all(_vector_key(k, layout.ndim) for k in value):
+        return "zarr-vectors"
+    keys = layout.encoding.keys()
+    bad = [k for k in value if keys.decode(k, layout.ndim) is None]
+    if bad:
+        raise ValueError(
+            f"{MANIFEST_ATTRIBUTE} holds keys in an unknown form (e.g. {bad[0]!r}); expected "
+            f"{layout.ndim} '.'-joined integers (zarr-vectors) or chunk keys like "
+            f"{keys.encode((0,) * layout.ndim)!r}"
+        )
+    return "chunk-keys"
+
+
+def manifest_keys(
+    form: ManifestForm, doc: Mapping[str, Any], layout: ArrayLayout, chunks: Iterable[Coords]
+) -> list[str]:
+    """The manifest of ``chunks`` in ``form`` (``layout``: the layout they are in)."""
+    if form == "chunk-keys":
+        return sorted(layout.manifest_key(c) for c in chunks)
+    origin = _origin(doc, layout.ndim)
+    return sorted(
+        ".".join(str(c + o) for c, o in zip(chunk, origin, strict=True)) for chunk in chunks
+    )
+
+
+def switched_manifest(
+    doc: Mapping[str, Any],
+    source: ArrayLayout,
+    target: ArrayLayout,
+    chunks: Iterable[Coords],
+    *,
+    add: bool,
+    name: str,
+) -> tuple[list[str] | None, str | None]:
+    """The manifest to store with ``target`` after a pass, and a note for the report.
+
+    ``doc``: the array document before the switch (layout ``source``); ``chunks``: the
+    chunks the pass moved. ``None`` leaves the attribute as it is: a ``zarr-vectors``
+    manifest (still right), an unknown one (warned about, and the note says so), or none
+    with ``add`` false.
+    """
+    try:
+        form = manifest_form(doc, source)
+        if form is None and add:
+            return manifest_keys("zarr-vectors", doc, target, chunks), None
+        if form == "chunk-keys":
+            return manifest_keys(form, doc, target, chunks), None
+        return None, None
+    except ValueError as exc:
+        note = f"{MANIFEST_ATTRIBUTE} left unchanged: {exc}"
+        warnings.warn(f"{name or '/'}: {note}", ManifestWarning, stacklevel=2)
+        return None, note
 
 
 def with_manifest(doc: Mapping[str, Any], keys: list[str] | None) -> dict[str, Any]:
-    """``doc`` with its manifest set to ``keys`` (removed if ``None``)."""
+    """``doc`` with its manifest set to ``keys`` (``None``: unchanged)."""
     out = copy.deepcopy(dict(doc))
-    attributes = dict(out.get("attributes") or {})
-    if keys is None:
-        attributes.pop(MANIFEST_ATTRIBUTE, None)
-    else:
+    if keys is not None:
+        attributes = dict(out.get("attributes") or {})
         attributes[MANIFEST_ATTRIBUTE] = keys
-    out["attributes"] = attributes
+        out["attributes"] = attributes
     return out
 
 

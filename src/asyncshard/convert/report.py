@@ -81,6 +81,7 @@ class ArrayReport:
     bytes_read: int = 0
     bytes_written: int = 0
     resumed: bool = False
+    notes: list[str] = field(default_factory=list)
 
     def add(self, result: TaskResult) -> None:
         """Account for one task result."""
@@ -95,11 +96,12 @@ class ArrayReport:
         if self.action == "manifest":
             return f"{self.path or '/'}: {self.reason}"
         resumed = ", resumed" if self.resumed else ""
+        notes = "".join(f"; {n}" for n in self.notes)
         return (
             f"{self.path or '/'}: {self.source} -> {self.target}: {self.chunks} chunks, "
             f"{self.objects_written} objects written, {self.objects_deleted} removed, "
             f"{self.bytes_written / 1e6:.1f} MB in {self.passes} pass"
-            f"{'es' if self.passes != 1 else ''}{resumed}"
+            f"{'es' if self.passes != 1 else ''}{resumed}{notes}"
         )
 
 

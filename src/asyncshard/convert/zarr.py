@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asyncshard.convert.journal import Journal, normalize, read_journal, remove_journal
@@ -64,7 +64,13 @@ from asyncshard.convert.layout import (
     read_layout,
     same_layout,
 )
-from asyncshard.convert.manifest import manifest_keys, manifest_of, stored_chunks, with_manifest
+from asyncshard.convert.manifest import (
+    manifest_form,
+    manifest_keys,
+    stored_chunks,
+    switched_manifest,
+    with_manifest,
+)
 from asyncshard.convert.plan import (
     Request,
     normalize_shard_shape,
@@ -91,6 +97,7 @@ from asyncshard.convert.session import (
     write_json,
 )
 from asyncshard.convert.tasks import ZarrPass
+from asyncshard.convert.vectors import Role, VectorRoles
 from asyncshard.errors import ConversionError, InvalidMetadataError
 from asyncshard.formats.zarr3.metadata import Coords
 from asyncshard.store import Store
@@ -157,7 +164,7 @@ class _Array:
         return read_layout(self.doc if doc is None else doc, self.prefix)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Options:
     request: Request
     runner: Runner
@@ -209,7 +216,8 @@ async def _sync_consolidated(store: Store, path: str, doc: Mapping[str, Any]) ->
 async def _switch(
     store: Store, array: _Array, target: Mapping[str, Any], keys: list[str] | None
 ) -> None:
-    """Make ``target`` the array's metadata (keeping its attributes, setting the manifest)."""
+    """Make ``target`` the array's metadata (keeping its attributes, setting the manifest
+    to ``keys`` unless ``None``)."""
     doc = dict(normalize(target))
     doc["attributes"] = array.doc.get("attributes", {})
     doc = with_manifest(doc, keys)
@@ -257,8 +265,12 @@ async def _run_pass(
         opts.emit(TaskDone(array.path, result))
 
     await opts.runner.run(store, ZarrPass(prefix, source, target), tasks, on_result)
-    keep = opts.manifest or manifest_of(array.doc) is not None
-    await _switch(store, array, target, manifest_keys(dst, chunks) if keep else None)
+    keys, note = switched_manifest(
+        array.doc, array.layout(), dst, chunks, add=opts.manifest, name=array.path
+    )
+    if note is not None and note not in report.notes:  # once for both passes of a reshard
+        report.notes.append(note)
+    await _switch(store, array, target, keys)
     await delete_keys(store, src_keys)
     report.objects_deleted += len(src_keys)
     report.chunks = len(chunks)
@@ -313,8 +325,11 @@ async def _settle(
 
 
 async def _rebuild(store: Store, array: _Array) -> int:
+    """Rebuild the manifest from the stored chunks, in its current form (``ValueError``
+    for a manifest in an unknown form, left as it is)."""
     layout = array.layout()
-    keys = manifest_keys(layout, await stored_chunks(store, layout))
+    form = manifest_form(array.doc, layout) or "zarr-vectors"
+    keys = manifest_keys(form, array.doc, layout, await stored_chunks(store, layout))
     doc = with_manifest(array.doc, keys)
     array.version = await write_json(store, array.prefix + META, doc, array.version)
     array.doc = doc
@@ -322,8 +337,36 @@ async def _rebuild(store: Store, array: _Array) -> int:
     return len(keys)
 
 
-async def _convert_array(store: Store, path: str, opts: _Options) -> ArrayReport:
+_OBJECT_LEVEL = "zarr-vectors object-level array: kept flat as zarr-vectors does"
+
+
+def _for_vectors(opts: _Options, role: Role | None, walked: bool) -> _Options | str:
+    """The options for an array of a zarr-vectors level (see :mod:`.vectors`), or why it
+    is skipped: flat arrays get ``c/i/j/k`` keys; object-level arrays found by the walk
+    are not sharded, and no manifest is added to or rebuilt on them."""
+    if role is None:
+        return opts
+    request = opts.request
+    if request.shard_shape is None:
+        if request.separator == ".":
+            return "zarr-vectors finds flat chunks under c/ only; separator '.' refused"
+        request = replace(request, separator="/")
+    elif role == "object" and walked:
+        return _OBJECT_LEVEL
+    if role == "object":
+        return replace(opts, request=request, manifest=False, rebuild_manifest=False)
+    return replace(opts, request=request)
+
+
+async def _convert_array(
+    store: Store, path: str, opts: _Options, role: Role | None = None, walked: bool = True
+) -> ArrayReport:
     report = ArrayReport(path, "skipped")
+    chosen = _for_vectors(opts, role, walked)
+    if isinstance(chosen, str):
+        report.reason = chosen
+        return report
+    opts = chosen
     got = await read_json(store, _prefix(path) + META)
     if got is None or not isinstance(got[0], dict):
         report.reason = f"no readable {_prefix(path)}{META}"
@@ -351,7 +394,10 @@ async def _convert_array(store: Store, path: str, opts: _Options) -> ArrayReport
             return report
         report.reason = f"already {before.describe()}"
         if opts.rebuild_manifest:
-            report.reason += f"; manifest rebuilt ({await _rebuild(store, array)} chunks)"
+            try:
+                report.reason += f"; manifest rebuilt ({await _rebuild(store, array)} chunks)"
+            except ValueError as exc:
+                report.reason += f"; manifest not rebuilt: {exc}"
         return report
     report.action = "converted"
     report.target = array.layout(final).describe()
@@ -401,8 +447,12 @@ async def convert_store(
     summary = ConversionSummary()
     async with opened(url_or_store, storage_options) as store:
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
+        roles = VectorRoles(store)
         for path in paths:
-            summary.arrays.append(await _convert_array(store, path, opts))
+            role = await roles.role(path)
+            summary.arrays.append(
+                await _convert_array(store, path, opts, role, walked=arrays is None)
+            )
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -536,13 +586,19 @@ async def rebuild_manifest_async(
     *,
     storage_options: Mapping[str, Any] | None = None,
 ) -> ConversionSummary:
-    """Rebuild the ``nonempty_chunks`` manifest of every array from its stored data."""
+    """Rebuild the ``nonempty_chunks`` manifest of every array from its stored data
+    (found by the walk: not on zarr-vectors' object-level arrays, which have none)."""
     started = time.perf_counter()
     summary = ConversionSummary()
     async with opened(url_or_store, storage_options) as store:
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
+        roles = VectorRoles(store)
         for path in paths:
             report = ArrayReport(path, "skipped")
+            summary.arrays.append(report)
+            if arrays is None and await roles.role(path) == "object":
+                report.reason = _OBJECT_LEVEL
+                continue
             got = await read_json(store, _prefix(path) + META)
             if got is None or not isinstance(got[0], dict):
                 report.reason = f"no readable {_prefix(path)}{META}"
@@ -557,7 +613,6 @@ async def rebuild_manifest_async(
                     report.reason = f"manifest rebuilt ({report.chunks} chunks)"
                 except (InvalidMetadataError, ValueError) as exc:
                     report.reason = str(exc)
-            summary.arrays.append(report)
     summary.seconds = time.perf_counter() - started
     return summary
 
