@@ -84,7 +84,7 @@ def parse_range(text: str) -> ByteRange:
 
 
 @dataclass(slots=True)
-class Request:
+class Coalesced:
     """One coalesced request ``[start, end)`` serving the input ranges ``members``."""
 
     start: int
@@ -92,7 +92,7 @@ class Request:
     members: list[int] = field(default_factory=list)
 
 
-def coalesce(ranges: Sequence[Range], *, max_gap: int, max_request: int) -> list[Request]:
+def coalesce(ranges: Sequence[Range], *, max_gap: int, max_request: int) -> list[Coalesced]:
     """Merge ``ranges`` into as few requests as the caps allow.
 
     Two neighbouring ranges (after sorting by start) share a request when the gap between
@@ -104,7 +104,7 @@ def coalesce(ranges: Sequence[Range], *, max_gap: int, max_request: int) -> list
     if max_gap < 0 or max_request <= 0:
         raise ValueError("max_gap must be >= 0 and max_request > 0")
     order = sorted(range(len(ranges)), key=lambda i: (ranges[i].start, ranges[i].end))
-    requests: list[Request] = []
+    requests: list[Coalesced] = []
     for i in order:
         r = ranges[i]
         last = requests[-1] if requests else None
@@ -116,5 +116,5 @@ def coalesce(ranges: Sequence[Range], *, max_gap: int, max_request: int) -> list
             last.end = max(last.end, r.end)
             last.members.append(i)
         else:
-            requests.append(Request(r.start, r.end, [i]))
+            requests.append(Coalesced(r.start, r.end, [i]))
     return requests

@@ -37,6 +37,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Self, TypeVar
 
+from asyncshard.buffers import BytesLike, Data
 from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,
@@ -45,10 +46,20 @@ from asyncshard.errors import (
 )
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, resolve
 
-#: What reads return: ``bytes`` or a zero-copy ``memoryview`` of the fetched buffer.
-Data = bytes | memoryview
-#: What writes accept.
-BytesLike = bytes | bytearray | memoryview
+__all__ = [
+    "BytesLike",
+    "Data",
+    "GetResult",
+    "ObjectMeta",
+    "Store",
+    "StoreStats",
+    "apply_runs",
+    "check_condition",
+    "dir_prefix",
+    "retry_on_conflict",
+    "validate_key",
+    "validate_prefix",
+]
 
 T = TypeVar("T")
 

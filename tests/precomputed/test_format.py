@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from asyncshard.buffers import BytesLike
 from asyncshard.errors import AsyncShardError, CorruptShardError
 from asyncshard.formats.precomputed.shard import (
-    BytesLike,
     MinishardIndex,
     build_shard,
     build_shards,

@@ -16,18 +16,18 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Mapping
-from typing import NamedTuple, TypeAlias, cast
+from typing import NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from asyncshard.buffers import BytesLike
 from asyncshard.errors import CorruptShardError
 from asyncshard.formats.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
 
 __all__ = [
     "DEFAULT_MAX_CHUNK_NBYTES",
     "DEFAULT_MAX_INDEX_NBYTES",
-    "BytesLike",
     "MinishardIndex",
     "build_shard",
     "build_shards",
@@ -45,7 +45,6 @@ __all__ = [
     "split_shard",
 ]
 
-BytesLike: TypeAlias = bytes | bytearray | memoryview
 
 DEFAULT_MAX_INDEX_NBYTES = 256 * 2**20
 """Default cap on a decompressed minishard index (about 11 million chunks)."""

@@ -20,6 +20,7 @@ import crc32c
 import numpy as np
 import numpy.typing as npt
 
+from asyncshard.buffers import BytesLike
 from asyncshard.errors import ChecksumError, CorruptShardError
 from asyncshard.formats.morton import morton_order, morton_rank
 
@@ -45,7 +46,6 @@ _ENTRY_NBYTES = 16
 _CHECKSUM_NBYTES = 4
 _EMPTY_U64 = np.uint64(EMPTY)
 
-Buffer = bytes | bytearray | memoryview
 IndexArray = npt.NDArray[np.uint64]
 _Pos = TypeVar("_Pos", bound=tuple[int, ...])
 
@@ -128,7 +128,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-def _as_view(buf: Buffer) -> memoryview:
+def _as_view(buf: BytesLike) -> memoryview:
     """A flat byte view of ``buf`` (zero-copy when it is contiguous)."""
     view = memoryview(buf)
     if view.ndim == 1 and view.format in ("B", "b", "c") and view.c_contiguous:
@@ -237,7 +237,7 @@ def _validate_entries(
 
 
 def decode_index(
-    buf: Buffer, layout: IndexLayout, *, shard_size: int | None = None, key: str | None = None
+    buf: BytesLike, layout: IndexLayout, *, shard_size: int | None = None, key: str | None = None
 ) -> IndexArray:
     """Decode and validate index bytes into a writable uint64 array ``(*chunks_per_shard, 2)``.
 
@@ -268,7 +268,7 @@ def decode_index(
 
 
 def decode_shard(
-    buf: Buffer, layout: IndexLayout, *, key: str | None = None
+    buf: BytesLike, layout: IndexLayout, *, key: str | None = None
 ) -> dict[tuple[int, ...], memoryview]:
     """All present inner chunks of a whole shard, as zero-copy memoryview slices of ``buf``."""
     view = _as_view(buf)
@@ -304,7 +304,7 @@ def _write_order(
 
 
 def encode_shard(
-    chunks: Mapping[_Pos, Buffer],
+    chunks: Mapping[_Pos, BytesLike],
     layout: IndexLayout,
     *,
     order: Literal["morton", "C"] = "morton",
