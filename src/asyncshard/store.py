@@ -357,7 +357,10 @@ class Store(ABC):
         for key, idxs in by_key.items():
             version = if_match.get(key) if if_match else None
             jobs.extend(self._plan_key(key, [(i, items[i][1]) for i in idxs], version, out))
-        await asyncio.gather(*jobs)
+        if len(jobs) == 1:  # the common case of one coalesced request: no task needed
+            await jobs[0]
+        else:
+            await asyncio.gather(*jobs)
         return out
 
     def _plan_key(

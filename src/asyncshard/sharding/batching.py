@@ -42,6 +42,10 @@ class Batcher(Generic[Req, Res]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: dict[asyncio.Future[Res], asyncio.Task[None]] = {}
 
+    def pending(self) -> bool:
+        """Whether requests submitted in this event-loop tick wait to be batched."""
+        return bool(self._pending)
+
     async def submit(self, request: Req) -> Res:
         """The result for ``request``, computed in a batch with its concurrent peers."""
         loop = asyncio.get_running_loop()

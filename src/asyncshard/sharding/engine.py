@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import enum
 import time
 from abc import ABC, abstractmethod
 from collections.abc import (
@@ -67,6 +68,7 @@ from asyncshard.wrapper import WrapperStore
 
 __all__ = [
     "DEFAULT_RECHECK_AFTER",
+    "MISS",
     "STALE_RETRIES",
     "Chunk",
     "ChunkRead",
@@ -74,6 +76,7 @@ __all__ = [
     "Found",
     "IndexIO",
     "Location",
+    "Miss",
     "ShardFormat",
     "ShardedAdapter",
 ]
@@ -169,6 +172,10 @@ class IndexIO(ABC):
     def put(self, name: tuple[Hashable, ...], value: Any, version: str | None, nbytes: int) -> None:
         """Cache ``value`` under ``name`` (an index decoded from bytes already at hand)."""
 
+    @abstractmethod
+    def peek(self, name: tuple[Hashable, ...]) -> CacheEntry | None:
+        """The cache entry ``name`` if it is cached (no I/O)."""
+
 
 class ShardFormat(ABC):
     """A sharded format's strategy: keys, index lookups, shard codecs.
@@ -218,6 +225,15 @@ class ShardFormat(ABC):
     def index_name(self, shard_key: str) -> tuple[Hashable, ...]:
         """Cache name of the shard's top-level index (dropped when the shard changes)."""
         return ("index", shard_key)
+
+    def lookup(
+        self, io: IndexIO, shard_key: str, index: Any, chunk: Chunk
+    ) -> tuple[int, int] | Miss | None:
+        """Where ``chunk`` lies according to the shard's cached indexes alone (``index`` is
+        the top-level one), without I/O: ``(start, end)``, ``None`` when absent, or
+        :data:`MISS` when an index level is not cached (the engine's lean single-read path
+        then steps aside for the batch path)."""
+        return MISS
 
     @abstractmethod
     async def find(self, io: IndexIO, shard_key: str, chunks: Sequence[Chunk]) -> Found:
@@ -306,6 +322,16 @@ class _Write:
     conditional: bool
 
 
+class Miss(enum.Enum):
+    """The type of :data:`MISS`."""
+
+    MISS = "miss"
+
+
+#: "Cannot tell without I/O": the lean read path steps aside for the batch path.
+MISS = Miss.MISS
+
+
 class _Stale(Exception):
     """A data read conditioned on a cached index found its shard changed or gone."""
 
@@ -388,6 +414,9 @@ class ShardedAdapter(WrapperStore, IndexIO):
     def put(self, name: tuple[Hashable, ...], value: Any, version: str | None, nbytes: int) -> None:
         self.cache.put((self._ns, *name), value, version, nbytes)
 
+    def peek(self, name: tuple[Hashable, ...]) -> CacheEntry | None:
+        return self.cache.peek((self._ns, *name))
+
     def _forget(self, shard_key: str) -> None:
         """Drop a shard's top-level index (deeper entries are keyed by its version)."""
         self.cache.invalidate((self._ns, *self.format.index_name(shard_key)))
@@ -429,7 +458,47 @@ class ShardedAdapter(WrapperStore, IndexIO):
         if if_match is not None:  # a caller's condition may fail: keep it out of batches
             [result] = await self._read_shard([read])
             return result
+        if not self._reads.pending():  # the first read of this tick: try the lean path
+            direct = await self._read_warm(read)
+            if not isinstance(direct, Miss):
+                return direct
         return await self._reads.submit(read)
+
+    async def _read_warm(self, read: ChunkRead) -> GetResult | Miss | None:
+        """One chunk whose shard index is cached and recent: one conditioned range read,
+        no batch, no task. ``MISS`` when that does not apply (then the batch path runs)."""
+        fmt = self.format
+        if fmt.encoded or self.data_cache is not None:
+            return MISS
+        entry = self.cache.peek((self._ns, *fmt.index_name(read.shard_key)))
+        if entry is None or entry.missing or entry.version is None:
+            return MISS
+        where = fmt.lookup(self, read.shard_key, entry.value, read.chunk)
+        if isinstance(where, Miss):
+            return MISS
+        if where is None:  # no such chunk: trusted only from a recent index
+            if time.monotonic() - entry.loaded_at > self.recheck_after:
+                return MISS
+            return None
+        start, end = where
+        a, b = resolve(read.rng, end - start)
+        try:
+            got = await self.inner.get_object(
+                read.shard_key, Range(start + a, start + b), if_match=entry.version
+            )
+        except ConflictError:  # the shard changed: the batch path refreshes the index
+            self._forget(read.shard_key)
+            return MISS
+        if got is None:
+            self._forget(read.shard_key)
+            return MISS
+        if len(got.data) != b - a:
+            self._forget(read.shard_key)
+            raise CorruptShardError(
+                f"chunk bytes [{start + a}, {start + b}) lie past the end of the shard",
+                key=read.shard_key,
+            )
+        return GetResult(got.data, ObjectMeta(read.key, end - start, entry.version))
 
     async def get_partial_values(
         self,

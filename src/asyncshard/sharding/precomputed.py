@@ -53,11 +53,13 @@ from asyncshard.ranges import Range
 from asyncshard.sharding.common import read_json
 from asyncshard.sharding.engine import (
     DEFAULT_RECHECK_AFTER,
+    MISS,
     Chunk,
     ChunkRead,
     Found,
     IndexIO,
     Location,
+    Miss,
     ShardedAdapter,
     ShardFormat,
 )
@@ -92,6 +94,27 @@ class _ShardIndex:
     def tag(self) -> Hashable:
         """What minishard cache entries of this shard are keyed by."""
         return self.version if self.version is not None else ("load", self.load)
+
+
+class _Minishard:
+    """A decoded minishard index and, for single lookups, a dict from id to byte range."""
+
+    __slots__ = ("index", "where")
+
+    def __init__(self, index: MinishardIndex) -> None:
+        self.index = index
+        self.where: dict[int, tuple[int, int]] = dict(
+            zip(
+                index.ids.tolist(),
+                zip(index.starts.tolist(), index.ends.tolist(), strict=True),
+                strict=True,
+            )
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """What the cache charges: the arrays and about 100 bytes per dict entry."""
+        return 3 * self.index.ids.nbytes + 100 * len(self.where)
 
 
 class PrecomputedFormat(ShardFormat):
@@ -223,13 +246,27 @@ class PrecomputedFormat(ShardFormat):
                     f"minishard index bytes [{start}, {end}) lie past the end of the shard",
                     key=shard_key,
                 )
-            mini = decode_minishard_index(
-                result.data, self.spec, key=shard_key, shard_size=index.size
+            mini = _Minishard(
+                decode_minishard_index(result.data, self.spec, key=shard_key, shard_size=index.size)
             )
-            return IndexCache.make_entry(mini, index.version, 3 * mini.ids.nbytes)
+            return IndexCache.make_entry(mini, index.version, mini.nbytes)
 
         entry = await io.cached(("minishard", shard_key, index.tag, minishard), load)
-        return entry.value  # type: ignore[no-any-return]
+        return None if entry.value is None else entry.value.index
+
+    def lookup(
+        self, io: IndexIO, shard_key: str, index: Any, chunk: Chunk
+    ) -> tuple[int, int] | Miss | None:
+        shard_index: _ShardIndex = index
+        _, minishard = self.spec.shard_and_minishard_of(chunk)
+        start, end = minishard_index_range(shard_index.table, minishard)
+        if start == end:
+            return None
+        entry = io.peek(("minishard", shard_key, shard_index.tag, minishard))
+        if entry is None:
+            return MISS
+        mini: _Minishard = entry.value
+        return mini.where.get(chunk)
 
     def _minishards(self, chunk_ids: Sequence[int]) -> list[int]:
         if len(chunk_ids) >= _VECTOR_MIN:

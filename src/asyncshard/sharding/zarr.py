@@ -98,13 +98,18 @@ class ZarrFormat(ShardFormat):
         entry = await io.cached(("index", shard_key), lambda: self._load(io, shard_key))
         if entry.missing:
             return Found(False, None, {}, entry.loaded_at)
-        table = entry.value
         entries: dict[Chunk, tuple[int, int]] = {}
         for pos in chunks:
-            offset, nbytes = table[pos].tolist()
-            if offset != EMPTY:
-                entries[pos] = (offset, offset + nbytes)
+            where = self.lookup(io, shard_key, entry.value, pos)
+            if where is not None:
+                entries[pos] = where
         return Found(True, entry.version, entries, entry.loaded_at)
+
+    def lookup(
+        self, io: IndexIO, shard_key: str, index: Any, chunk: Chunk
+    ) -> tuple[int, int] | None:
+        offset, nbytes = index[chunk].tolist()
+        return None if offset == EMPTY else (offset, offset + nbytes)
 
     async def _load(self, io: IndexIO, shard_key: str) -> CacheEntry:
         rng = index_byte_range(self.layout.index)

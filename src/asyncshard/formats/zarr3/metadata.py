@@ -16,6 +16,7 @@ and positions within the shard. Everything here is pure.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import operator
 import re
@@ -161,12 +162,12 @@ class ShardingLayout:
         """Number of array dimensions."""
         return len(self.shape)
 
-    @property
+    @functools.cached_property
     def chunk_grid_shape(self) -> Coords:
         """Number of inner chunks along each dimension (ceil division)."""
         return tuple(-(-s // c) for s, c in zip(self.shape, self.chunk_shape, strict=True))
 
-    @property
+    @functools.cached_property
     def shard_grid_shape(self) -> Coords:
         """Number of shards along each dimension (ceil division)."""
         return tuple(-(-s // c) for s, c in zip(self.shape, self.shard_shape, strict=True))
