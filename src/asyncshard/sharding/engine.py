@@ -454,8 +454,14 @@ class ShardedAdapter(WrapperStore, IndexIO):
             return await super()._get(key, byte_range, if_match)
         if not loc.inside:
             return None
-        read = ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
-        if if_match is not None:  # a caller's condition may fail: keep it out of batches
+        return await self._read_one(
+            ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
+        )
+
+    async def _read_one(self, read: ChunkRead) -> GetResult | None:
+        """One chunk read: the lean path when it applies, else a batch with the reads of
+        the same tick (a read with a caller's condition runs alone: it may fail)."""
+        if read.if_match is not None:
             [result] = await self._read_shard([read])
             return result
         if not self._reads.pending():  # the first read of this tick: try the lean path

@@ -425,8 +425,19 @@ class Uint64ShardedStore(ShardedAdapter):
     # -- int-keyed reads --------------------------------------------------------------
 
     async def get_chunk(self, chunk_id: int) -> bytes | None:
-        """The raw (decoded) bytes of one chunk, ``None`` if it does not exist."""
-        return (await self.get_chunks([chunk_id])).get(int(chunk_id))
+        """The raw (decoded) bytes of one chunk, ``None`` if it does not exist.
+
+        Concurrent calls are batched like concurrent ``get`` calls."""
+        chunk_id = int(chunk_id)
+        if not 0 <= chunk_id <= MAX_CHUNK_ID:
+            raise ValueError(f"chunk id {chunk_id} is not a uint64")
+        self.stats.requests["get"] += 1
+        read = ChunkRead(str(chunk_id), self.shard_key(chunk_id), chunk_id, None, None)
+        result = await self._read_one(read)
+        if result is None:
+            return None
+        self.stats.bytes_returned += len(result.data)
+        return bytes(result.data)
 
     async def get_chunks(self, chunk_ids: Iterable[int]) -> dict[int, bytes]:
         """``{id: raw bytes}`` of the chunks that exist among ``chunk_ids`` (repeats allowed)."""
