@@ -399,6 +399,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
             self._write_shard, lambda write: write.shard_key, settle_on_cancel=True
         )
         self._rechecks: dict[str, asyncio.Task[bool]] = {}
+        self._lean_tick = False
 
     # -- IndexIO --------------------------------------------------------------------------
 
@@ -464,11 +465,18 @@ class ShardedAdapter(WrapperStore, IndexIO):
         if read.if_match is not None:
             [result] = await self._read_shard([read])
             return result
-        if not self._reads.pending():  # the first read of this tick: try the lean path
+        if not self._reads.pending() and not self._lean_tick:
+            # the first read of this tick: the lean path (the next ones of the same tick
+            # are batched, since they may share a shard and a request)
+            self._lean_tick = True
+            asyncio.get_running_loop().call_soon(self._end_lean_tick)
             direct = await self._read_warm(read)
             if not isinstance(direct, Miss):
                 return direct
         return await self._reads.submit(read)
+
+    def _end_lean_tick(self) -> None:
+        self._lean_tick = False
 
     async def _read_warm(self, read: ChunkRead) -> GetResult | Miss | None:
         """One chunk whose shard index is cached and recent: one conditioned range read,
