@@ -76,6 +76,7 @@ class FaultProxy:
     fault_rate: float = 0.0
     seed: int = 0
     kinds: tuple[str, ...] = FAULT_KINDS
+    methods: tuple[str, ...] | None = None  # inject faults only into these methods
     fix_ranged_200: bool = False
     latency: float = 0.0
     bandwidth: float | None = None  # bytes per second per response
@@ -137,7 +138,7 @@ class FaultProxy:
         with self._lock:
             n = self._seen[key]
             self._seen[key] += 1
-        if self.fault_rate <= 0:
+        if self.fault_rate <= 0 or (self.methods and request.method not in self.methods):
             return None
         digest = hashlib.sha256(f"{self.seed}|{key}|{n}".encode()).digest()
         if int.from_bytes(digest[:8], "big") / 2**64 >= self.fault_rate:

@@ -121,6 +121,11 @@ def _untyped(exc: BaseException) -> Failure:
     return Failure.OTHER
 
 
+def broke_off(exc: BaseException) -> bool:
+    """Whether a transport failure happened while a body was being read."""
+    return "body error" in first_line(exc)
+
+
 def first_line(exc: BaseException) -> str:
     """obstore messages carry a long debug dump after the first line; keep the start."""
     text = " ".join(str(exc).strip().split("\n\nDebug source:")[0].split())

@@ -19,7 +19,13 @@ import obstore
 
 from asyncshard.backends.cloud import config as _config
 from asyncshard.backends.cloud import writes
-from asyncshard.backends.cloud.errors import OBSTORE_ERRORS, Failure, classify, to_asyncshard
+from asyncshard.backends.cloud.errors import (
+    OBSTORE_ERRORS,
+    Failure,
+    broke_off,
+    classify,
+    to_asyncshard,
+)
 from asyncshard.backends.cloud.inflight import InFlight
 from asyncshard.backends.cloud.versions import decode_version, encode_version, same_etag
 from asyncshard.errors import (
@@ -209,7 +215,9 @@ class CloudStore(Store):
     ) -> GetResult | None:
         # obstore resumes a body that breaks off, but a resumption can break off too
         # (about one read in a few thousand at a 10 % fault rate in tests/cloud/
-        # test_faults.py). Such a read is started again here, each restart counted.
+        # test_faults.py), and it does not retry an answer whose body breaks off before
+        # the GET returns (a 404's error body). Such a read is started again here, each
+        # restart counted.
         for attempt in itertools.count():
             try:
                 return await self._read(key, byte_range, if_match, after_head=False)
@@ -268,7 +276,12 @@ class CloudStore(Store):
                 return None
             if failure in handled:
                 return failure
-            raise self._error(exc, failure, key, "read") from exc
+            error = self._error(exc, failure, key, "read")
+            if failure is Failure.CONNECTION and broke_off(exc):
+                # an answer (even a 404's error body) broke off: obstore does not retry
+                # that, _get starts the read again
+                raise _BodyCutShort(str(error)) from exc
+            raise error from exc
 
     async def _body(self, result: Any, key: str) -> memoryview:
         """The body of a started response; a transfer that breaks off is ``_BodyCutShort``."""
