@@ -19,8 +19,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import asyncshard
 from tests.servers.fixtures import s3_store_on, unique_prefix
+from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
 
 SRC = str(Path(asyncshard.__file__).resolve().parents[1])
@@ -83,3 +86,25 @@ async def test_processes_using_s3_always_exit_zero(s3_server: S3Server) -> None:
     # -6 is SIGABRT (exit status 134 in a shell)
     assert codes == {0: READERS + CLI_RUNS}, f"exit statuses {dict(codes)}: {failure[-2000:]!r}"
     assert time.monotonic() - start < 120
+
+
+async def test_close_waits_for_requests_whose_caller_gave_up(s3_server: S3Server) -> None:
+    """A cancelled read still runs to its end (obstore's future is not cancelled), and
+    close() returns only when it has: nothing is left to complete during shutdown."""
+    prefix = unique_prefix()
+    async with s3_store_on(s3_server, prefix) as direct:
+        await direct.set("blob", BLOB)
+    proxy = FaultProxy(s3_server.endpoint, latency=0.3).start()
+    try:
+        store = s3_store_on(s3_server, prefix, endpoint=proxy.url)
+        reader = asyncio.ensure_future(store.get("blob"))
+        while not proxy._seen:  # the request reached the proxy
+            await asyncio.sleep(0.01)
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        assert proxy.log == []  # still held back by the proxy's latency
+        await store.close()
+        assert [(s.method, s.status) for s in proxy.log] == [("GET", 200)]
+    finally:
+        proxy.stop()

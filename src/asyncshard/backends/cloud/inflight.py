@@ -50,16 +50,30 @@ class InFlight:
         return len(self._pending)
 
     async def run(self, call: Awaitable[T]) -> T:
-        """Await an obstore call; cancelling the caller does not cancel the call."""
-        future = asyncio.ensure_future(call)
-        self._pending.add(future)
-        future.add_done_callback(self._finished)
-        return await asyncio.shield(future)
+        """Await an obstore call; cancelling the caller does not cancel the call.
 
-    def _finished(self, future: asyncio.Future[Any]) -> None:
-        self._pending.discard(future)
-        if not future.cancelled():
-            future.exception()  # retrieved: an abandoned call's error is not logged
+        Like ``asyncio.shield``, with one done-callback instead of two (this is on every
+        request's path).
+        """
+        inner = asyncio.ensure_future(call)
+        outer: asyncio.Future[T] = inner.get_loop().create_future()
+        pending = self._pending
+        pending.add(inner)
+
+        def done(inner: asyncio.Future[T]) -> None:
+            pending.discard(inner)
+            if outer.done():  # the caller gave up; retrieve the error so it is not logged
+                if not inner.cancelled():
+                    inner.exception()
+            elif inner.cancelled():
+                outer.cancel()
+            elif (exc := inner.exception()) is not None:
+                outer.set_exception(exc)
+            else:
+                outer.set_result(inner.result())
+
+        inner.add_done_callback(done)
+        return await outer
 
     async def drain(self) -> None:
         """Wait for every call made on the running loop, then :func:`settle`."""
