@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,
     StoreBackendError,
+    StoreConfigError,
     StorePermissionError,
     UnknownSchemeError,
 )
@@ -403,3 +406,106 @@ async def test_special_files_are_not_objects(tmp_path: Path) -> None:
     assert await store.head("d/fifo") is None
     assert await store.list_dir("d") == (["d/k"], [])
     assert [k async for k in store.list()] == ["d/k"]
+
+
+# -- bulk deletes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+async def test_erase_values_counts_one_delete_per_key(tmp_path: Path, kind: str) -> None:
+    store = LocalStore(tmp_path) if kind == "local" else MemoryStore()
+    for key in ["a/1", "a/2", "b/c/3", "keep"]:
+        await store.set(key, b"x")
+    store.stats.reset()
+    await store.erase_values(["a/1", "a/2", "b/c/3", "missing", "a/1"])  # dup deleted once
+    assert store.stats.requests == {"delete": 4}
+    assert [k async for k in store.list()] == ["keep"]
+    if kind == "local":
+        assert [p.name for p in tmp_path.iterdir()] == ["keep"]  # emptied folders pruned
+
+
+async def test_local_bulk_delete_is_one_thread_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path, durable=False)
+    keys = [f"f{i % 7}/k{i}" for i in range(300)]
+    for key in keys:
+        await store.set(key, b"x")
+    hops: list[object] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Callable[..., object], *args: object) -> object:
+        hops.append(fn)
+        return await real(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    await store.erase_values(keys)
+    assert len(hops) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_failing_key_does_not_stop_the_others(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    store = LocalStore(root)
+    await store.set("a", b"1")
+    await store.set("z/b", b"2")
+    (root / "link").symlink_to(outside)
+    with pytest.raises(InvalidKeyError, match="outside"):
+        await store.erase_values(["a", "link/x", "z/b"])
+    assert [k async for k in store.list()] == []  # both real objects are gone
+
+
+# -- stale temporary files ----------------------------------------------------------------
+
+
+def temp_file(folder: Path, age: float) -> Path:
+    """A leftover temp file whose last write was ``age`` seconds ago."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{TMP_PREFIX}{age:.0f}-{len(list(folder.iterdir()))}"
+    path.write_bytes(b"half a shard")
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+async def test_a_write_removes_stale_temp_files_in_its_folder(tmp_path: Path) -> None:
+    stale, fresh = temp_file(tmp_path / "d", 7200), temp_file(tmp_path / "d", 60)
+    elsewhere = temp_file(tmp_path / "other", 7200)
+    store = LocalStore(tmp_path)
+    await store.set("d/obj", b"new")
+    assert not stale.exists()
+    assert fresh.exists()  # a live writer in another process may still rename it
+    assert elsewhere.exists()  # only the folder written to is swept
+    again = temp_file(tmp_path / "d", 7200)
+    await store.set("d/obj2", b"x")
+    assert again.exists()  # a folder is swept at most once per temp_max_age
+    await LocalStore(tmp_path, temp_max_age=None).set("other/obj", b"x")
+    assert elsewhere.exists()
+
+
+async def test_cleanup_temp_files_sweeps_the_tree(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.set("keep/obj", b"x")
+    stale = [temp_file(tmp_path, 7200), temp_file(tmp_path / "a" / "b", 7200)]
+    stale.append(temp_file(tmp_path / "keep", 4000))
+    fresh = temp_file(tmp_path / "keep", 10)
+    assert await store.cleanup_temp_files() == 3
+    assert not any(p.exists() for p in stale) and fresh.exists()
+    assert not (tmp_path / "a").exists()  # folders emptied by the sweep are pruned
+    assert await store.cleanup_temp_files(max_age=0) == 1
+    assert await store.get("keep/obj") == b"x"
+    assert await LocalStore(tmp_path / "nowhere").cleanup_temp_files() == 0
+
+
+# -- opening ------------------------------------------------------------------------------
+
+
+def test_must_exist_and_url(tmp_path: Path) -> None:
+    with pytest.raises(StoreConfigError, match="no such folder"):
+        LocalStore(tmp_path / "missing", must_exist=True)
+    store = LocalStore(tmp_path, must_exist=True)
+    assert store.url == tmp_path.as_uri()
+    assert isinstance(open_store(store.url), LocalStore)
+    assert MemoryStore().url is None

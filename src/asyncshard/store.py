@@ -128,6 +128,31 @@ async def retry_on_conflict(
     raise ConflictError(f"{key}: gave up after {attempts} conflicting concurrent writes", key=key)
 
 
+async def gather_settled(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Run ``awaitables`` concurrently; return their results in order once all are done.
+
+    Unlike a bare ``asyncio.gather``, nothing is left running when this returns or
+    raises: if one fails, the others still run to their end, then the first failure (in
+    input order) is raised; if the caller is cancelled, the others are cancelled and
+    waited for before the cancellation propagates.
+    """
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        raise
+    for task in tasks:
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
+    return [task.result() for task in tasks]
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectMeta:
     """What a store knows about an object without reading it."""
@@ -223,6 +248,11 @@ class Store(ABC):
         """Whether :meth:`delete_if_match` works."""
         return False
 
+    @property
+    def url(self) -> str | None:
+        """A URL ``open_store`` reopens this store from (with the same options), if any."""
+        return None
+
     # -- backend primitives -------------------------------------------------------------
 
     @abstractmethod
@@ -244,6 +274,15 @@ class Store(ABC):
     async def _delete(self, key: str) -> None:
         """Delete one object; a missing object is not an error."""
         raise ReadOnlyError(f"{self!r} is read-only")
+
+    async def _delete_many(self, keys: Sequence[str]) -> None:
+        """Delete distinct objects (missing ones are fine) and count the requests sent.
+
+        The default sends one ``_delete`` per key under the concurrency bound. Backends
+        with bulk deletes override it; each counts ``delete`` as the requests it sent.
+        """
+        self._count_request("delete", len(keys))
+        await gather_settled(self._bounded(self._delete(key)) for key in keys)
 
     async def _delete_if_match(self, key: str, version: str) -> None:
         """Delete one object only if it is at ``version``; ``ConflictError`` otherwise."""
@@ -290,6 +329,18 @@ class Store(ABC):
                     limits.pop(old, None)
             sem = limits.setdefault(loop, asyncio.Semaphore(self.max_concurrency))
         return sem
+
+    def _count_request(self, kind: str, n: int = 1) -> None:
+        """Count ``n`` more requests of ``kind`` sent to the backend.
+
+        Each public verb counts the one request it expects its primitive to send. A
+        backend whose primitive sends other or more requests (a ``HEAD`` before a
+        ``GET``, a restarted read) reports them here, with ``n=-1`` taking back the
+        verb's own count when it answers without that request, so that on backends
+        ``stats.requests`` counts exactly the requests sent (retries inside the client
+        library, invisible to asyncshard, excepted).
+        """
+        self.stats.requests[kind] += n
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
         async with self._limit():
@@ -455,12 +506,18 @@ class Store(ABC):
         await retry_on_conflict(attempt, key)
 
     async def erase_values(self, keys: Iterable[str]) -> None:
-        """Delete the objects; missing ones are ignored."""
-        keys = [validate_key(k) for k in keys]
+        """Delete the objects; missing ones are ignored.
+
+        Duplicate keys are deleted once. ``stats.requests["delete"]`` grows by the
+        requests the backend was sent: one per key, or one per batch on backends with
+        bulk deletes (S3: up to 1,000 keys). Nothing is left running when this returns
+        or raises.
+        """
+        unique = list(dict.fromkeys(validate_key(k) for k in keys))
         if not self.supports_writes:
             raise ReadOnlyError(f"{self!r} is read-only")
-        self.stats.requests["delete"] += len(keys)
-        await asyncio.gather(*(self._bounded(self._delete(k)) for k in keys))
+        if unique:
+            await self._delete_many(unique)
 
     async def delete_if_match(self, key: str, version: str) -> None:
         """Delete ``key`` only if it is still at ``version``; ``ConflictError`` otherwise.

@@ -43,12 +43,12 @@ class Backend:
     name: str
     store: Store
     seed: Callable[[Mapping[str, bytes]], Awaitable[None]]
-    server_log: Callable[[], list[tuple[str, str | None]]]  # (method, Range) per request
+    server_log: Callable[[], list[tuple[str, str, str | None]]]  # (method, path, Range)
     reset_log: Callable[[], None]
 
 
-def _proxy_log(proxy: FaultProxy) -> list[tuple[str, str | None]]:
-    return [(s.method, s.range) for s in proxy.log]
+def _proxy_log(proxy: FaultProxy) -> list[tuple[str, str, str | None]]:
+    return [(s.method, s.path, s.range) for s in proxy.log]
 
 
 def _store_seeder(store: Store) -> Callable[[Mapping[str, bytes]], Awaitable[None]]:
@@ -84,7 +84,7 @@ def backend(
             "gcs",
             store,
             _store_seeder(store),
-            lambda: [(m, r) for m, _, r in fake.log],
+            lambda: list(fake.log),
             fake.log.clear,
         )
     web: StaticServer = request.getfixturevalue("http_server")
@@ -95,7 +95,7 @@ def backend(
         "http",
         store,
         write_files(folder),
-        lambda: [(m, r) for m, _, r in web.log],
+        lambda: list(web.log),
         web.log.clear,
     )
 

@@ -155,3 +155,15 @@ async def test_a_body_cut_short_is_retried_as_often_as_max_retries(
     assert type(caught.value) is StoreConnectionError  # the private subclass stays inside
     assert store.stats.requests["get"] == 3  # the first read and two restarts
     assert 3 <= len(proxy.log) <= 9  # obstore's resumptions come on top: (1 + 2) ** 2
+
+
+async def test_a_404_whose_body_breaks_off_is_read_again(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """obstore does not retry an error answer cut short; the store starts the read again."""
+    proxy.fault_rate, proxy.kinds = 0.3, ("truncate",)
+    store = s3_store_on(s3_server, unique_prefix(), endpoint=proxy.url)
+    got = await asyncio.gather(*(store.get(f"missing/{i}") for i in range(50)))
+    assert got == [None] * 50
+    assert proxy.faults["truncate"] > 5
+    assert store.stats.requests["get"] == len(proxy.log)  # every restart counted

@@ -7,14 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from asyncshard.backends import open_store
-from asyncshard.backends.cloud import (
-    CLOUD_MAX_GAP,
-    CLOUD_MAX_REQUEST,
-    CloudStore,
-    _decode_version,
-    _encode_version,
-)
+from asyncshard.backends import open_store, supported_schemes
+from asyncshard.backends.cloud import CLOUD_MAX_GAP, CLOUD_MAX_REQUEST, CloudStore
+from asyncshard.backends.cloud.versions import decode_version, encode_version
+from asyncshard.backends.registry import CLOUD_SCHEMES
 from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,
@@ -24,7 +20,8 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.ranges import Offset, Range, Suffix
-from tests.servers.fixtures import s3_store_on, unique_prefix, write_files
+from tests.servers.fixtures import TEST_BUCKET, s3_store_on, unique_prefix, write_files
+from tests.servers.gcs_fake import FakeGCS, service_account_key
 from tests.servers.http_static import StaticServer
 from tests.servers.s3 import ENDPOINT_VAR, S3Server, external_s3
 
@@ -57,6 +54,34 @@ def test_url_parsing(url: str, kind: str, bucket: str, prefix: str) -> None:
     assert (store.kind, store.bucket, store.prefix) == (kind, bucket, prefix)
     assert repr(store) == f"CloudStore({url!r})"
     assert (store.max_gap, store.max_request) == (CLOUD_MAX_GAP, CLOUD_MAX_REQUEST)
+
+
+MINIMAL_OPTIONS: dict[str, dict[str, object]] = {
+    "s3": {"region": "us-east-1"},
+    "gs": {},
+    "http": {},
+    "az": {"account_name": "acct", "account_key": "a2V5"},
+}
+
+
+@pytest.mark.parametrize("scheme", sorted(CLOUD_SCHEMES))
+def test_open_store_and_cloud_store_accept_the_same_schemes(scheme: str) -> None:
+    """One table: every cloud scheme opens through open_store, as the same backend."""
+    url = f"{scheme}://bucket/prefix"
+    options = MINIMAL_OPTIONS[CLOUD_SCHEMES[scheme]]
+    store = cloud(url, **options)
+    assert store.kind == CLOUD_SCHEMES[scheme] == CloudStore(url, **options).kind
+    assert scheme in supported_schemes()
+
+
+async def test_gcs_scheme_reaches_the_gcs_fake(gcs_fake: FakeGCS) -> None:
+    prefix = unique_prefix()
+    store = open_store(
+        f"gcs://{TEST_BUCKET}/{prefix}", service_account_key=service_account_key(gcs_fake.url)
+    )
+    await store.set("k", b"via gcs://")
+    assert await store.get("k") == b"via gcs://"
+    assert ("PUT", f"/{TEST_BUCKET}/{prefix}/k") in [(m, p) for m, p, _ in gcs_fake.log]
 
 
 def test_azure_comes_from_obstore() -> None:
@@ -192,9 +217,9 @@ def test_unsupported_scheme_in_cloud_store_is_a_config_error() -> None:
     ],
 )
 def test_version_strings_round_trip(e_tag: str | None, version: str | None) -> None:
-    encoded = _encode_version(e_tag, version)
+    encoded = encode_version(e_tag, version)
     assert encoded is not None
-    assert _decode_version(encoded) == (e_tag, version)
+    assert decode_version(encoded) == (e_tag, version)
 
 
 def test_credential_sources(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from asyncshard.ranges import Range, coalesce
+from asyncshard.ranges import Offset, Range, Suffix, coalesce
 from tests.cloud.conftest import Backend, range_span
 
 BLOB = bytes(i * 7 % 251 for i in range(1024 * 1024))
@@ -12,7 +14,7 @@ BLOB = bytes(i * 7 % 251 for i in range(1024 * 1024))
 
 def gets(backend: Backend) -> list[str | None]:
     """The Range headers of the GETs the server saw."""
-    return [rng for method, rng in backend.server_log() if method == "GET"]
+    return [rng for method, _, rng in backend.server_log() if method == "GET"]
 
 
 async def test_four_close_ranges_cost_one_request(backend: Backend) -> None:
@@ -83,4 +85,36 @@ async def test_whole_object_and_warm_head_costs(backend: Backend) -> None:
     assert meta is not None and meta.size == len(BLOB) and bytes(whole or b"") == BLOB
     assert isinstance(whole, memoryview)  # zero-copy view of obstore's buffer
     assert dict(store.stats.requests) == {"head": 1, "get": 1}
-    assert [m for m, _ in backend.server_log()] == ["HEAD", "GET"]
+    assert [m for m, _, _ in backend.server_log()] == ["HEAD", "GET"]
+
+
+def request_kind(method: str, path: str) -> str:
+    """What ``stats.requests`` calls a request the server saw."""
+    if method == "GET" and path.strip("/").count("/") == 0:
+        return "list"  # S3 and GCS list with a GET on the bucket
+    if method == "POST" and path.strip("/").count("/") == 0:
+        return "delete"  # S3 DeleteObjects
+    return {"GET": "get", "HEAD": "head", "PUT": "put", "DELETE": "delete"}[method]
+
+
+async def test_counters_are_the_requests_the_server_saw(backend: Backend) -> None:
+    """Every verb, including the paths that send extra or other requests than asked."""
+    store = backend.store
+    await backend.seed({"shard": BLOB[:1000], "dir/x": b"xyz"})
+    backend.reset_log()
+    store.stats.reset()
+    assert await store.get("shard", Range(10, 10)) == b""  # zero length: a HEAD
+    assert await store.get("shard", Range(5000, 6000)) == b""  # past the end: 416, HEAD
+    assert bytes(await store.get("shard", Suffix(5000)) or b"") == BLOB[:1000]
+    assert bytes(await store.get("shard", Offset(990)) or b"") == BLOB[990:1000]
+    assert await store.get("missing") is None
+    assert await store.head("shard") is not None
+    await store.get_partial_values([("shard", Range(0, 10)), ("shard", Range(20, 30))])
+    if store.supports_writes:
+        await store.set("new", b"1")
+        await store.erase_values(["new", "dir/x", "never-written"])
+    if store.supports_listing:
+        await store.list_dir("")
+        assert [k async for k in store.list_prefix("")] == ["shard"]
+    seen = Counter(request_kind(m, p) for m, p, _ in backend.server_log())
+    assert store.stats.requests == seen

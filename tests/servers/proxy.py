@@ -5,6 +5,8 @@ SigV4 signatures made for the proxy's address stay valid upstream) and can
 
 * inject faults at ``fault_rate``: answer 500 or 503, reset the connection before
   answering, or send the headers of a good answer and cut its body short (then reset);
+  opt-in (``kinds=ALL_FAULT_KINDS``): ``lost``, forward the request and reset the
+  connection instead of answering (the server acted, the client cannot know);
   which request gets which fault is a pure function of ``seed``, the request line, its
   ``Range`` header and how many times that same request was seen before, so a run is
   reproducible however concurrent requests interleave;
@@ -42,6 +44,8 @@ HOP_BY_HOP = {
     "proxy-authorization",
 }
 FAULT_KINDS = ("500", "503", "reset", "truncate")
+#: The default kinds plus ``lost``: the request reaches the server, its answer does not.
+ALL_FAULT_KINDS = (*FAULT_KINDS, "lost")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class FaultProxy:
     fault_rate: float = 0.0
     seed: int = 0
     kinds: tuple[str, ...] = FAULT_KINDS
+    methods: tuple[str, ...] | None = None  # inject faults only into these methods
     fix_ranged_200: bool = False
     latency: float = 0.0
     bandwidth: float | None = None  # bytes per second per response
@@ -133,7 +138,7 @@ class FaultProxy:
         with self._lock:
             n = self._seen[key]
             self._seen[key] += 1
-        if self.fault_rate <= 0:
+        if self.fault_rate <= 0 or (self.methods and request.method not in self.methods):
             return None
         digest = hashlib.sha256(f"{self.seed}|{key}|{n}".encode()).digest()
         if int.from_bytes(digest[:8], "big") / 2**64 >= self.fault_rate:
@@ -187,6 +192,10 @@ class FaultProxy:
         ) as up:
             payload = await up.read()
             status = up.status
+            if fault == "lost":  # the server acted; the client never hears of it
+                self._record(request, status, fault)
+                self._reset(request)
+                raise asyncio.CancelledError
             if (
                 self.fix_ranged_200
                 and status == 200

@@ -11,10 +11,18 @@
   destination folder, which also excludes other processes using asyncshard.
 * Objects are regular files. A local folder cannot hold both ``a`` and ``a/b``: writing
   either when the other exists raises ``InvalidKeyError``.
+* A write killed before its rename (``kill -9``, a power cut) leaves its temporary file
+  ``.asyncshard-tmp-*``, hidden from listings. A temporary file older than
+  ``temp_max_age`` (one hour) is stale: the first write into its folder (then again at
+  most once per ``temp_max_age`` per folder) removes the stale ones there, and
+  :meth:`LocalStore.cleanup_temp_files` sweeps the whole tree. A live writer keeps its
+  file's modification time fresh while it writes and renames it moments later, so the
+  age threshold never takes a file from under a writer in another process.
 * Errors are typed: a name too long for the file system reads as missing and cannot be
   written (``InvalidKeyError``); a refused access raises ``StorePermissionError`` naming
   the path; any other file-system failure raises ``StoreBackendError`` (the ``OSError``
-  is its ``__cause__``).
+  is its ``__cause__``). No ``OSError`` escapes; opening with ``must_exist=True`` makes
+  a missing root folder a ``StoreConfigError`` at once.
 
 Links: every key is resolved (``realpath``) and refused unless it lies inside the root;
 the root is resolved once, as soon as it exists. Operations then use the *resolved* path,
@@ -36,17 +44,23 @@ import errno
 import fcntl
 import os
 import stat
+import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
+
+from cachetools import TTLCache
 
 from asyncshard.errors import (
     AsyncShardError,
     ConflictError,
     InvalidKeyError,
     StoreBackendError,
+    StoreConfigError,
     StorePermissionError,
 )
 from asyncshard.ranges import ByteRange, resolve
@@ -59,7 +73,13 @@ from asyncshard.store import (
     validate_key,
 )
 
+T = TypeVar("T")
+
 TMP_PREFIX = ".asyncshard-tmp-"
+#: Age (seconds since the last write to it) from which a temporary file is stale.
+TEMP_MAX_AGE = 3600.0
+#: Folders remembered as recently swept (per store), so that writes do not rescan them.
+_SWEPT_FOLDERS = 4096
 _MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 #: errnos that mean "no such object" on reads: a name too long to exist, a link loop (or
 #: a link where the checked path had a file: ``O_NOFOLLOW``).
@@ -102,17 +122,61 @@ def _open_no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
-class LocalStore(Store):
-    """A Store over a local folder (created on first write)."""
+def _sweep(folder: str, max_age: float) -> int:
+    """Remove the temporary files directly in ``folder`` older than ``max_age`` seconds."""
+    cutoff = time.time() - max_age
+    removed = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if not entry.name.startswith(TMP_PREFIX):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # another sweeper was first
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
 
-    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True, **options: int):
+
+class LocalStore(Store):
+    """A Store over a local folder (created on first write).
+
+    Args:
+        root: the folder.
+        durable: ``fsync`` every write before it is renamed into place.
+        must_exist: the root folder must exist now (``StoreConfigError`` otherwise), as
+            for a read-only store that should not read an empty tree by mistake.
+        temp_max_age: seconds after which a leftover temporary file is removed by
+            writes into its folder; ``None`` leaves them to :meth:`cleanup_temp_files`.
+        max_gap, max_request, max_concurrency: as for every Store.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        must_exist: bool = False,
+        temp_max_age: float | None = TEMP_MAX_AGE,
+        **options: int,
+    ):
         super().__init__(**options)
         self.root = Path(os.path.abspath(root))
         self.durable = durable
+        self.temp_max_age = temp_max_age
         self._resolved_root: str | None = None
+        self._swept: TTLCache[str, bool] = TTLCache(_SWEPT_FOLDERS, temp_max_age or 1.0)
+        self._swept_lock = threading.Lock()
+        if must_exist and not self.root.is_dir():
+            raise StoreConfigError(f"no such folder: {self.root}")
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.root)!r})"
+
+    @property
+    def url(self) -> str:
+        """``file://`` and the root folder."""
+        return self.root.as_uri()
 
     # -- paths --------------------------------------------------------------------------
 
@@ -289,6 +353,7 @@ class LocalStore(Store):
                     check_condition(key, current, if_match, if_absent)
                     os.replace(tmp, path)
             tmp = None
+            self._sweep_if_due(folder)
         except BaseException as exc:
             if tmp is not None:
                 with contextlib.suppress(OSError):
@@ -304,6 +369,48 @@ class LocalStore(Store):
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         return await asyncio.to_thread(self._write, key, data, if_match, if_absent)
+
+    # -- stale temporary files ----------------------------------------------------------
+
+    def _sweep_if_due(self, folder: str) -> None:
+        """Remove stale temp files in ``folder`` unless swept within ``temp_max_age``."""
+        if self.temp_max_age is None:
+            return
+        with self._swept_lock:
+            if folder in self._swept:
+                return
+            self._swept[folder] = True
+        with contextlib.suppress(OSError):  # best effort: the write itself succeeded
+            _sweep(folder, self.temp_max_age)
+
+    def _sweep_tree(self, max_age: float) -> int:
+        root = self._real_root()
+        removed = 0
+        emptied: list[str] = []
+        if not os.path.isdir(root):
+            return 0
+        try:
+            for folder, _, files in os.walk(root, onerror=_raise):
+                if any(name.startswith(TMP_PREFIX) for name in files):
+                    count = _sweep(folder, max_age)
+                    removed += count
+                    if count and len(files) == count:
+                        emptied.append(folder)
+        except OSError as exc:
+            raise self._error(exc, "/", "temp file cleanup", root) from exc
+        for folder in sorted(emptied, key=len, reverse=True):
+            self._prune(folder)
+        return removed
+
+    async def cleanup_temp_files(self, max_age: float = TEMP_MAX_AGE) -> int:
+        """Remove temporary files older than ``max_age`` seconds in the whole tree.
+
+        They are what writes killed before their rename leave behind. Folders left empty
+        are removed, as deletes do. Returns how many files were removed.
+        """
+        if max_age < 0:
+            raise ValueError("max_age must be >= 0")
+        return await asyncio.to_thread(self._sweep_tree, max_age)
 
     def _prune(self, folder: str, *, top: str | None = None) -> None:
         """Remove ``folder`` and then its parents while they are empty.
@@ -321,7 +428,8 @@ class LocalStore(Store):
                 return
             folder = os.path.dirname(folder)
 
-    def _unlink(self, key: str) -> None:
+    def _unlink(self, key: str) -> str | None:
+        """Remove the object ``key``; the folder it was in, or ``None`` if it was missing."""
         # The folder is resolved, the name is not: deleting a link removes the link.
         parent, _, name = key.rpartition("/")
         folder = self._resolve(parent) if parent else self._real_root()
@@ -330,14 +438,39 @@ class LocalStore(Store):
             os.unlink(path)
         except OSError as exc:
             if _is_missing(exc):
-                return
+                return None
             if isinstance(exc, PermissionError) and os.path.isdir(path):
-                return  # macOS refuses to unlink a folder with EPERM; a folder is no object
+                return None  # macOS refuses to unlink a folder with EPERM; not an object
             raise self._error(exc, key, "delete", path) from exc
-        self._prune(folder)
+        return folder
+
+    def _unlink_many(self, keys: Sequence[str]) -> None:
+        """Remove the objects, then prune each folder they leave empty once.
+
+        Every key is tried; the first failure is raised afterwards.
+        """
+        folders: set[str] = set()
+        failure: AsyncShardError | None = None
+        for key in keys:
+            try:
+                folder = self._unlink(key)
+            except AsyncShardError as exc:
+                failure = failure or exc
+                continue
+            if folder is not None:
+                folders.add(folder)
+        for folder in sorted(folders, key=len, reverse=True):  # deepest first
+            self._prune(folder)
+        if failure is not None:
+            raise failure
 
     async def _delete(self, key: str) -> None:
-        await asyncio.to_thread(self._unlink, key)
+        await _to_completion(self._unlink_many, [key])
+
+    async def _delete_many(self, keys: Sequence[str]) -> None:
+        """One worker-thread hop for the whole batch; ``delete`` counts one per key."""
+        self._count_request("delete", len(keys))
+        await self._bounded(_to_completion(self._unlink_many, keys))
 
     @property
     def supports_conditional_deletes(self) -> bool:
@@ -420,3 +553,17 @@ class LocalStore(Store):
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
         return await asyncio.to_thread(self._scan, prefix)
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
+async def _to_completion(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` in a worker thread; a cancelled caller still waits for it to end."""
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise

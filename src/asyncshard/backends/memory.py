@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 
 from asyncshard.ranges import ByteRange, resolve
@@ -49,6 +49,12 @@ class MemoryStore(Store):
 
     async def _delete(self, key: str) -> None:
         self._objects.pop(key, None)
+
+    async def _delete_many(self, keys: Sequence[str]) -> None:
+        """All at once; ``delete`` counts one per key, as every key is an operation."""
+        self._count_request("delete", len(keys))
+        for key in keys:
+            self._objects.pop(key, None)
 
     @property
     def supports_conditional_deletes(self) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -11,6 +12,24 @@ from asyncshard.store import Store
 
 Opener = Callable[[str, dict[str, Any]], Store]
 _OPENERS: dict[str, Opener] = {}
+
+#: The one table of cloud URL schemes: scheme -> the obstore backend it names. Both
+#: ``open_store`` and ``CloudStore`` read it, so they accept exactly the same URLs.
+CLOUD_SCHEMES: Mapping[str, str] = MappingProxyType(
+    {
+        "s3": "s3",
+        "s3a": "s3",
+        "gs": "gs",
+        "gcs": "gs",
+        "http": "http",
+        "https": "http",
+        "az": "az",
+        "azure": "az",
+        "abfs": "az",
+        "abfss": "az",
+        "adl": "az",
+    }
+)
 
 
 def register_scheme(scheme: str, opener: Opener) -> None:
@@ -59,12 +78,12 @@ def _open_memory(url: str, options: dict[str, Any]) -> Store:
 
 
 def _open_cloud(url: str, options: dict[str, Any]) -> Store:
-    from asyncshard.backends.cloud import open_cloud_store
+    from asyncshard.backends.cloud import CloudStore
 
-    return open_cloud_store(url, options)
+    return CloudStore(url, **options)
 
 
 register_scheme("file", _open_file_url)
 register_scheme("memory", _open_memory)
-for _scheme in ("s3", "gs", "http", "https", "az"):
+for _scheme in CLOUD_SCHEMES:
     register_scheme(_scheme, _open_cloud)

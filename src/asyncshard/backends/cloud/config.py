@@ -1,0 +1,275 @@
+"""Configuration of cloud stores: URL parsing, obstore options, credential sources.
+
+Everything here runs when a store is opened, before any request; a bad URL or option is a
+:class:`~asyncshard.errors.StoreConfigError` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from obstore import exceptions as obs_errors
+from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
+
+from asyncshard.backends.registry import CLOUD_SCHEMES
+from asyncshard.errors import StoreConfigError
+
+#: Default coalescing caps for cloud stores; docs/cloud.md records the measurement.
+CLOUD_MAX_GAP = 256 * 1024
+CLOUD_MAX_REQUEST = 4 * 1024 * 1024
+#: Objects larger than this are uploaded in parts (only unconditional writes).
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+
+#: Retries: 5 retries, 50 ms doubling to at most 2 s (with jitter), 60 s in total.
+DEFAULT_RETRY: dict[str, Any] = {
+    "max_retries": 5,
+    "backoff": {
+        "init_backoff": timedelta(milliseconds=50),
+        "max_backoff": timedelta(seconds=2),
+        "base": 2,
+    },
+    "retry_timeout": timedelta(seconds=60),
+}
+#: Timeouts: 5 s to connect, 120 s for a whole request including its body.
+DEFAULT_CLIENT: dict[str, Any] = {"connect_timeout": "5s", "timeout": "120s"}
+
+#: Characters of S3 and GCS bucket names (both also forbid some sequences; the server says).
+_BUCKET = re.compile(r"[A-Za-z0-9._-]+")
+#: obstore's S3 config keys (and aliases) that name the endpoint.
+_S3_ENDPOINT_KEYS = (
+    "aws_endpoint_url_s3",
+    "endpoint",
+    "aws_endpoint",
+    "endpoint_url",
+    "aws_endpoint_url",
+)
+#: What a backend calls the first part of its URLs.
+_CONTAINER = {"s3": "bucket", "gs": "bucket", "az": "container"}
+
+
+def container_word(kind: str) -> str:
+    """``bucket``, ``container`` or ``host``: the first part of a ``kind`` URL."""
+    return _CONTAINER.get(kind, "host")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a cloud URL names: the backend, the bucket (container, host) and the prefix."""
+
+    url: str
+    kind: str  # "s3", "gs", "http" or "az"
+    bucket: str
+    prefix: str
+
+
+def parse_url(url: str) -> Target:
+    """Parse and check a cloud URL (scheme from :data:`CLOUD_SCHEMES`, a valid bucket)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a malformed URL (``http://[::1``)
+        raise StoreConfigError(f"{url!r}: {exc}") from exc
+    kind = CLOUD_SCHEMES.get(parts.scheme.lower())
+    if kind is None:
+        raise StoreConfigError(f"CloudStore cannot open {url!r}: unsupported scheme")
+    target = Target(url, kind, parts.netloc, unquote(parts.path).strip("/"))
+    what = container_word(kind)
+    if not target.bucket:
+        scheme = url.partition("://")[0].lower()
+        raise StoreConfigError(f"{url!r} has no {what}: write {scheme}://{what}/prefix")
+    if kind in ("s3", "gs") and not _BUCKET.fullmatch(target.bucket):
+        raise StoreConfigError(
+            f"{url!r}: {target.bucket!r} is not a valid bucket name "
+            "(letters, digits, '.', '-', '_')"
+        )
+    return target
+
+
+def duration(value: float | str | timedelta) -> str | timedelta:
+    """Seconds (a number), an obstore duration string or a ``timedelta``."""
+    if isinstance(value, (int, float)):
+        return timedelta(seconds=value)
+    return value
+
+
+def client_options(
+    target: Target,
+    cfg: Mapping[str, Any],
+    options: Mapping[str, Any] | None,
+    *,
+    timeout: float | str | timedelta | None,
+    connect_timeout: float | str | timedelta | None,
+    allow_http: bool | None,
+) -> dict[str, Any]:
+    """obstore ``ClientConfig``: asyncshard's defaults, the user's options, the shortcuts.
+
+    Plain HTTP is allowed exactly when the user wrote an ``http://`` address (the URL or
+    the configured endpoint), unless ``allow_http`` says otherwise.
+    """
+    client: dict[str, Any] = {**DEFAULT_CLIENT, **(options or {})}
+    if timeout is not None:
+        client["timeout"] = duration(timeout)
+    if connect_timeout is not None:
+        client["connect_timeout"] = duration(connect_timeout)
+    if allow_http is not None:
+        client["allow_http"] = allow_http
+    elif "allow_http" not in client:
+        client["allow_http"] = endpoint_of(target, cfg).startswith("http://")
+    return client
+
+
+def retry_options(options: Mapping[str, Any] | None, max_retries: int | None) -> dict[str, Any]:
+    """obstore ``RetryConfig``: asyncshard's defaults with the user's options over them."""
+    retry: dict[str, Any] = {**DEFAULT_RETRY, **(options or {})}
+    if max_retries is not None:
+        retry["max_retries"] = max_retries
+    return retry
+
+
+def endpoint_of(target: Target, cfg: Mapping[str, Any]) -> str:
+    """The configured endpoint or base URL, to decide whether plain HTTP is intended."""
+    env = os.environ
+    if target.kind == "http":
+        return target.url
+    if target.kind == "s3":
+        for key in _S3_ENDPOINT_KEYS:
+            if cfg.get(key):
+                return str(cfg[key])
+        for var in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"):
+            if env.get(var):
+                return env[var]
+        return ""
+    if target.kind == "gs":
+        if cfg.get("base_url"):
+            return str(cfg["base_url"])
+        sa_key = cfg.get("service_account_key") or env.get("GOOGLE_SERVICE_ACCOUNT_KEY")
+        if sa_key:
+            try:
+                return str(json.loads(sa_key).get("gcs_base_url", ""))
+            except (ValueError, AttributeError):
+                return ""
+        return env.get("GOOGLE_BASE_URL", "")
+    return str(cfg.get("endpoint") or env.get("AZURE_STORAGE_ENDPOINT", ""))
+
+
+def build_obstore(
+    target: Target,
+    cfg: Mapping[str, Any],
+    client: Mapping[str, Any],
+    retry: Mapping[str, Any],
+    credential_provider: Any,
+) -> Any:
+    """The obstore store for ``target``; a refused option is a ``StoreConfigError``."""
+    if target.kind == "http" and cfg:
+        raise StoreConfigError(
+            f"unknown options for {target.url!r}: {sorted(cfg)} (http(s) stores take only "
+            "client_options, retry_config and the asyncshard options)"
+        )
+    common: dict[str, Any] = {"client_options": client, "retry_config": retry}
+    if credential_provider is not None:
+        common["credential_provider"] = credential_provider
+    prefix = target.prefix or None
+    typed_cfg: Any = cfg  # obstore's TypedDicts; obstore validates the keys itself
+    try:
+        if target.kind == "s3":
+            return S3Store(target.bucket, prefix=prefix, config=typed_cfg, **common)
+        if target.kind == "gs":
+            return GCSStore(target.bucket, prefix=prefix, config=typed_cfg, **common)
+        if target.kind == "az":
+            return AzureStore.from_url(target.url, config=typed_cfg, **common)
+        return HTTPStore.from_url(target.url.rstrip("/"), **common)
+    except (obs_errors.BaseError, ValueError, TypeError) as exc:
+        # unknown option, a value of the wrong type, unreadable credentials, bad host...
+        detail = " ".join(str(exc).split("\n\nDebug source:")[0].split())
+        raise StoreConfigError(f"{target.url}: cannot configure the store: {detail}") from exc
+
+
+def credential_source(
+    kind: str, cfg: Mapping[str, Any], provider: Any, client: Mapping[str, Any]
+) -> str:
+    """Where the credentials of a store come from, for permission errors."""
+    if provider is not None:
+        return f"the credential_provider option ({type(provider).__name__})"
+    if kind == "s3":
+        return _s3_source(cfg)
+    if kind == "gs":
+        return _gcs_source(cfg)
+    if kind == "az":
+        return _azure_source(cfg)
+    if client.get("default_headers"):
+        return "the default_headers client option"
+    return "nowhere: plain HTTP requests carry no credentials"
+
+
+def _first_set(cfg: Mapping[str, Any], options: tuple[str, ...], variables: tuple[str, ...]) -> str:
+    """``the X option`` or ``the X environment variable`` for the first one set, else ``""``."""
+    for opt in options:
+        if cfg.get(opt):
+            return f"the {opt} option"
+    for var in variables:
+        if os.environ.get(var):
+            return f"the {var} environment variable"
+    return ""
+
+
+def _s3_source(cfg: Mapping[str, Any]) -> str:
+    env = os.environ
+    if cfg.get("skip_signature"):
+        return "nowhere: skip_signature=True sends anonymous requests"
+    if cfg.get("access_key_id") or cfg.get("aws_access_key_id"):
+        return "the access_key_id/secret_access_key options"
+    if env.get("AWS_ACCESS_KEY_ID"):
+        return "the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables"
+    if env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE)"
+    if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") or env.get(
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI"
+    ):
+        return "the ECS/EKS container credentials endpoint"
+    return "the EC2 instance metadata service (no AWS credentials were configured)"
+
+
+def _gcs_source(cfg: Mapping[str, Any]) -> str:
+    if cfg.get("skip_signature"):
+        return "nowhere: skip_signature=True sends anonymous requests"
+    found = _first_set(
+        cfg,
+        ("bearer_token", "service_account_key", "service_account", "application_credentials"),
+        (
+            "GOOGLE_BEARER_TOKEN",
+            "GOOGLE_SERVICE_ACCOUNT_KEY",
+            "GOOGLE_SERVICE_ACCOUNT",
+            "GOOGLE_SERVICE_ACCOUNT_PATH",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+        ),
+    )
+    return found or "application default credentials (gcloud or the metadata server)"
+
+
+def _azure_source(cfg: Mapping[str, Any]) -> str:
+    found = _first_set(
+        cfg,
+        (
+            "access_key",
+            "account_key",
+            "sas_key",
+            "bearer_token",
+            "client_secret",
+            "use_azure_cli",
+            "skip_signature",
+            "use_emulator",
+        ),
+        (
+            "AZURE_STORAGE_ACCOUNT_KEY",
+            "AZURE_STORAGE_SAS_KEY",
+            "AZURE_CLIENT_SECRET",
+            "AZURE_STORAGE_TOKEN",
+        ),
+    )
+    return found or "managed identity or the Azure CLI (no Azure credentials were configured)"

@@ -1,0 +1,154 @@
+"""What an obstore failure means for asyncshard.
+
+obstore raises typed exceptions for every case ``object_store`` has a variant for:
+``FileNotFoundError`` (404), ``PreconditionError`` (412, and a 404 on a conditional
+update), ``NotModifiedError`` (304), ``AlreadyExistsError`` (a create-only write of an
+existing object; 409), ``PermissionDeniedError`` (403), ``UnauthenticatedError`` (401),
+``NotSupportedError``. Those are sorted by type alone.
+
+Everything else arrives as ``GenericError`` (or a bare ``OSError``) with no structure a
+caller can read: statuses ``object_store`` has no variant for (416, 5xx and 429 after its
+retries), transport failures (connection refused or reset, timeouts, a body cut short)
+and its own check that a ranged request got a ``206``. For those, and only those, the
+message is read: the HTTP status it reports, the ``HttpError`` kind of its debug dump,
+a few phrases. This fallback lives in :func:`_untyped` so it is easy to drop piece by
+piece as obstore grows types.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from obstore import exceptions as obs_errors
+
+from asyncshard.errors import (
+    AsyncShardError,
+    ConflictError,
+    StoreBackendError,
+    StoreConnectionError,
+    StorePermissionError,
+    UnsupportedOperationError,
+)
+
+#: What obstore raises: its own errors, ``FileNotFoundError`` and other ``OSError``\ s.
+OBSTORE_ERRORS = (obs_errors.BaseError, OSError)
+
+
+class Failure(enum.Enum):
+    """The few cases asyncshard tells apart."""
+
+    MISSING = "missing"
+    CONFLICT = "conflict"
+    PERMISSION = "permission"
+    FORBIDDEN = "forbidden"  # a 403 in particular (reads as missing on HTTP stores)
+    CONNECTION = "connection"  # retrying later may help; a write's outcome is unknown
+    UNSATISFIABLE = "unsatisfiable"  # 416: the range starts at or past the end
+    NOT_PARTIAL = "not-partial"  # the server answered a range with the whole object
+    UNSUPPORTED = "unsupported"
+    OTHER = "other"
+
+
+_TYPED: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Failure], ...] = (
+    ((FileNotFoundError, obs_errors.NotFoundError), Failure.MISSING),
+    (
+        (obs_errors.PreconditionError, obs_errors.NotModifiedError, obs_errors.AlreadyExistsError),
+        Failure.CONFLICT,
+    ),
+    (obs_errors.PermissionDeniedError, Failure.FORBIDDEN),
+    (obs_errors.UnauthenticatedError, Failure.PERMISSION),
+    (obs_errors.NotSupportedError, Failure.UNSUPPORTED),
+)
+
+_STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
+_HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
+#: ``HttpError`` kinds of transport failures (object_store's ``HttpErrorKind``).
+_TRANSPORT_KINDS = frozenset({"Connect", "Timeout", "Request", "Interrupted", "Decode"})
+_TRANSPORT_PHRASES = (
+    "error sending request",
+    "connection",
+    "timed out",
+    "timeout",
+    "error decoding response",
+    "body error",
+    "broken pipe",
+    "reset by peer",
+    "incomplete",
+    "unexpected eof",
+)
+_NOT_PARTIAL_PHRASES = ("non-partial response", "Range request not supported")
+#: Statuses in untyped errors (obstore types most of these; a few paths do not).
+_BY_STATUS = {
+    304: Failure.CONFLICT,
+    401: Failure.PERMISSION,
+    403: Failure.FORBIDDEN,
+    404: Failure.MISSING,
+    408: Failure.CONNECTION,
+    409: Failure.CONFLICT,
+    412: Failure.CONFLICT,
+    416: Failure.UNSATISFIABLE,
+    429: Failure.CONNECTION,
+}
+
+
+def classify(exc: BaseException) -> Failure:
+    """Sort an obstore failure: by its type where obstore gives one, else :func:`_untyped`."""
+    for types, failure in _TYPED:
+        if isinstance(exc, types):
+            return failure
+    return _untyped(exc)
+
+
+def _untyped(exc: BaseException) -> Failure:
+    """The fallback for ``GenericError`` and bare ``OSError``: read status and message."""
+    text = str(exc)
+    if any(phrase in text for phrase in _NOT_PARTIAL_PHRASES):
+        return Failure.NOT_PARTIAL
+    match = _STATUS.search(text)
+    status = int(match.group(1)) if match else None
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    if status is not None and status >= 500:
+        return Failure.CONNECTION
+    kind = _HTTP_KIND.search(text)
+    if kind is not None and kind.group(1) in _TRANSPORT_KINDS:
+        return Failure.CONNECTION
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return Failure.CONNECTION
+    lowered = text.lower()
+    if status is None and any(phrase in lowered for phrase in _TRANSPORT_PHRASES):
+        return Failure.CONNECTION
+    return Failure.OTHER
+
+
+def broke_off(exc: BaseException) -> bool:
+    """Whether a transport failure happened while a body was being read."""
+    return "body error" in first_line(exc)
+
+
+def first_line(exc: BaseException) -> str:
+    """obstore messages carry a long debug dump after the first line; keep the start."""
+    text = " ".join(str(exc).strip().split("\n\nDebug source:")[0].split())
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def to_asyncshard(
+    exc: BaseException, failure: Failure, *, where: str, action: str, key: str | None, denied: str
+) -> AsyncShardError:
+    """The asyncshard error for an obstore failure already sorted into ``failure``.
+
+    ``where`` names the object, ``action`` what was tried, ``denied`` what a permission
+    error should add (bucket and credential source).
+    """
+    detail = first_line(exc)
+    if failure is Failure.CONFLICT:
+        return ConflictError(f"{where}: condition failed on {action}: {detail}", key=key)
+    if failure in (Failure.PERMISSION, Failure.FORBIDDEN):
+        return StorePermissionError(f"{where}: access denied on {action} ({denied}): {detail}")
+    if failure in (Failure.CONNECTION, Failure.UNSATISFIABLE, Failure.NOT_PARTIAL):
+        return StoreConnectionError(f"{where}: {action} failed: {detail}")
+    if failure is Failure.MISSING:
+        return StoreBackendError(f"{where}: not found on {action}: {detail}")
+    if failure is Failure.UNSUPPORTED:
+        return UnsupportedOperationError(f"{where}: {action} not supported: {detail}")
+    return StoreBackendError(f"{where}: {action} failed: {detail}")
