@@ -10,11 +10,46 @@ and reports which keys were written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from asyncshard.errors import PartialWriteError
 
-__all__ = ["settle"]
+__all__ = ["gather_settled", "settle"]
+
+T = TypeVar("T")
+
+
+async def _finish(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every task is done; a cancelled caller still waits (a cancelled job
+    could leave its write running in a worker thread, landing later), then re-raises."""
+    cancelled = False
+    while True:
+        try:
+            await asyncio.wait(tasks)
+            break
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+async def gather_settled(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Run ``awaitables`` concurrently; their results in order once all are done.
+
+    Unlike a bare ``asyncio.gather``, nothing is left running when this returns or
+    raises: if one fails, the others still run to their end, then the first failure (in
+    input order) is raised.
+    """
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    if not tasks:
+        return []
+    await _finish(tasks)
+    for task in tasks:
+        failure = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
+    return [task.result() for task in tasks]
 
 
 async def settle(jobs: Sequence[tuple[Sequence[str], Awaitable[object]]]) -> None:
@@ -30,15 +65,7 @@ async def settle(jobs: Sequence[tuple[Sequence[str], Awaitable[object]]]) -> Non
     if not jobs:
         return
     tasks = [asyncio.ensure_future(job) for _, job in jobs]
-    cancelled = False
-    while True:
-        try:
-            await asyncio.wait(tasks)
-            break
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
+    await _finish(tasks)
     written: list[str] = []
     failed: dict[str, BaseException] = {}
     for (keys, _), task in zip(jobs, tasks, strict=True):

@@ -44,6 +44,7 @@ from asyncshard.errors import (
     ReadOnlyError,
     UnsupportedOperationError,
 )
+from asyncshard.fanout import gather_settled
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, resolve
 
 __all__ = [
@@ -126,31 +127,6 @@ async def retry_on_conflict(
         except ConflictError:
             await asyncio.sleep(random.uniform(0, min(0.25, 0.002 * 2**n)))
     raise ConflictError(f"{key}: gave up after {attempts} conflicting concurrent writes", key=key)
-
-
-async def gather_settled(awaitables: Iterable[Awaitable[T]]) -> list[T]:
-    """Run ``awaitables`` concurrently; return their results in order once all are done.
-
-    Unlike a bare ``asyncio.gather``, nothing is left running when this returns or
-    raises: if one fails, the others still run to their end, then the first failure (in
-    input order) is raised; if the caller is cancelled, the others are cancelled and
-    waited for before the cancellation propagates.
-    """
-    tasks = [asyncio.ensure_future(a) for a in awaitables]
-    if not tasks:
-        return []
-    try:
-        await asyncio.wait(tasks)
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-        raise
-    for task in tasks:
-        failure = None if task.cancelled() else task.exception()
-        if failure is not None:
-            raise failure
-    return [task.result() for task in tasks]
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,7 +465,7 @@ class Store(ABC):
             if start < 0:
                 raise ValueError(f"negative start {start} for key {key!r}")
             grouped.setdefault(validate_key(key), []).append((start, value))
-        await asyncio.gather(*(self._patch(k, runs) for k, runs in grouped.items()))
+        await gather_settled(self._patch(k, runs) for k, runs in grouped.items())
 
     async def _patch(self, key: str, runs: Sequence[tuple[int, BytesLike]]) -> None:
         async def attempt() -> None:

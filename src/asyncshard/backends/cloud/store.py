@@ -36,6 +36,7 @@ from asyncshard.errors import (
     StoreConnectionError,
     UnsupportedOperationError,
 )
+from asyncshard.fanout import gather_settled
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix, resolve
 from asyncshard.store import (
     DEFAULT_MAX_CONCURRENCY,
@@ -43,7 +44,6 @@ from asyncshard.store import (
     GetResult,
     ObjectMeta,
     Store,
-    gather_settled,
 )
 
 #: Keys per request of a bulk delete. S3's DeleteObjects takes up to 1,000 keys and
