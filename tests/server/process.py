@@ -56,7 +56,7 @@ class Running:
         assert self.proc.stderr is not None
         return self.proc.stderr.read() if self.proc.poll() is not None else ""
 
-    def stop(self) -> int:
+    def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(15)
+            self.proc.send_signal(signum)
+        return self.proc.wait(40)

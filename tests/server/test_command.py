@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -79,9 +80,11 @@ def test_usage_errors(args: list[str], message: str) -> None:
     assert message in result.output
 
 
-async def test_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_workers_share_the_port_and_stop_together(tmp_path: Path, signum: int) -> None:
     """``--workers 2``: connections are spread over two worker processes (the access log
-    names the PID that answered), and SIGTERM stops the whole process tree cleanly."""
+    names the PID that answered), and SIGTERM (or Ctrl-C's SIGINT) stops the whole process
+    tree cleanly."""
     (tmp_path / "k").write_bytes(b"v")
     server = Running(str(tmp_path), "--workers", "2")
     try:
@@ -93,7 +96,7 @@ async def test_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
                     assert await r.read() == b"v"
         tree = psutil.Process(server.proc.pid).children(recursive=True)
     finally:
-        assert server.stop() == 0, "SIGTERM stops the workers and the parent cleanly"
+        assert server.stop(signum) == 0, "the workers and the parent stop cleanly"
     pids = {int(pid) for pid in re.findall(r"pid=<(\d+)>", server.stderr())}
     assert len(pids) == 2, pids
     assert pids <= {child.pid for child in tree}, "answered by worker processes"
