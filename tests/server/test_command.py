@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
+import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -15,7 +17,7 @@ from click.testing import CliRunner
 
 from asyncshard.server.command import parse_size, serve
 from asyncshard.server.demo import PRECOMPUTED_PATH, ZARR_PATH
-from tests.server.process import Running
+from tests.server.process import SERVE, Running
 
 
 async def test_serve_demo_prints_a_working_neuroglancer_link(tmp_path: Path) -> None:
@@ -95,6 +97,10 @@ async def test_workers_share_the_port_and_stop_together(tmp_path: Path, signum: 
                 async with http.get(f"{base}/k") as r:
                     assert await r.read() == b"v"
         tree = psutil.Process(server.proc.pid).children(recursive=True)
+        port = base.rsplit(":", 1)[1]
+        again = [*SERVE, str(tmp_path), "--port", port, "--workers", "2"]
+        taken = await asyncio.to_thread(subprocess.run, again, capture_output=True, text=True)
+        assert taken.returncode != 0 and "Address already in use" in taken.stderr, taken
     finally:
         assert server.stop(signum) == 0, "the workers and the parent stop cleanly"
     pids = {int(pid) for pid in re.findall(r"pid=<(\d+)>", server.stderr())}

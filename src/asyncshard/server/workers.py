@@ -6,7 +6,8 @@ connections over the workers' listening sockets. The parent only supervises:
 
 * ``--port 0``: the parent binds a placeholder socket (``SO_REUSEPORT``, never listening)
   to a free port, the workers bind that port, and the placeholder is closed once they
-  listen; no other program can take the port in between.
+  listen; no other program can take the port in between. A port that another socket
+  holds (even with ``SO_REUSEPORT``: another ``serve --workers``) is refused.
 * The URL is printed once, when every worker listens.
 * SIGINT or SIGTERM: the parent sends SIGTERM to every worker (each finishes cleanly,
   as a single server does), waits for them and exits 0. A worker that exits on its own
@@ -59,11 +60,20 @@ def _worker(config: ServeConfig, port: int, ready: Connection) -> None:
 
 
 def _placeholder(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (0: a free port) with ``SO_REUSEPORT``, not listening."""
+    """A socket bound to ``host:port`` (0: a free port) with ``SO_REUSEPORT``, not listening.
+
+    The port is first bound without ``SO_REUSEPORT``, which fails while any other socket
+    holds it: a second server started on the same port is refused instead of silently
+    sharing the connections.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's sockets
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's sockets
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except BaseException:
