@@ -2,74 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import queue
 import re
 import signal
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 from urllib.parse import unquote
 
 import aiohttp
+import psutil
 import pytest
 from click.testing import CliRunner
 
 from asyncshard.server.command import parse_size, serve
 from asyncshard.server.demo import PRECOMPUTED_PATH, ZARR_PATH
-
-SERVE = [sys.executable, "-c", "from asyncshard.server.command import main; main()"]
-
-
-class Running:
-    """``asyncshard serve ...`` in a subprocess; the lines it printed."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [*SERVE, *args, "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._queue.put(line.rstrip("\n"))
-
-    def wait_for(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self._queue.get(timeout=left)
-            except queue.Empty:
-                break
-            self.lines.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
-        self.stop()
-        raise AssertionError(f"{pattern!r} not printed: {self.lines} {self.stderr()}")
-
-    def stderr(self) -> str:
-        assert self.proc.stderr is not None
-        return self.proc.stderr.read() if self.proc.poll() is not None else ""
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(15)
+from tests.server.process import SERVE, Running
 
 
 async def test_serve_demo_prints_a_working_neuroglancer_link(tmp_path: Path) -> None:
-    server = Running("--demo", str(tmp_path / "demo"))
+    server = Running("--demo", str(tmp_path / "demo"), "--workers", "2")
     try:
         base = server.wait_for(r"Serving .* at (http://127\.0\.0\.1:\d+)/").group(1)
         link = server.wait_for(r"^(https://\S+)").group(1)
@@ -119,12 +71,45 @@ async def test_serve_writable_with_a_token_from_the_environment(tmp_path: Path) 
         (["x", "--cache-bytes", "lots"], "not a size"),
         (["unknown://x"], "UnknownSchemeError"),
         (["/no/such/folder"], "no such folder"),
+        (["/no/such/folder", "--workers", "2"], "no such folder"),
+        (["x", "--workers", "0"], "--workers"),
+        (["x", "--write-timeout", "0"], "--write-timeout"),
     ],
 )
 def test_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(serve, args)
     assert result.exit_code != 0
     assert message in result.output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_workers_share_the_port_and_stop_together(tmp_path: Path, signum: int) -> None:
+    """``--workers 2``: connections are spread over two worker processes (the access log
+    names the PID that answered), and SIGTERM (or Ctrl-C's SIGINT) stops the whole process
+    tree cleanly."""
+    (tmp_path / "k").write_bytes(b"v")
+    server = Running(str(tmp_path), "--workers", "2")
+    try:
+        base = server.url()
+        connector = aiohttp.TCPConnector(force_close=True)  # a new connection per request
+        async with aiohttp.ClientSession(connector=connector) as http:
+            for _ in range(40):
+                async with http.get(f"{base}/k") as r:
+                    assert await r.read() == b"v"
+        tree = psutil.Process(server.proc.pid).children(recursive=True)
+        port = base.rsplit(":", 1)[1]
+        again = [*SERVE, str(tmp_path), "--port", port, "--workers", "2"]
+        taken = await asyncio.to_thread(subprocess.run, again, capture_output=True, text=True)
+        assert taken.returncode != 0 and "Address already in use" in taken.stderr, taken
+    finally:
+        assert server.stop(signum) == 0, "the workers and the parent stop cleanly"
+    pids = {int(pid) for pid in re.findall(r"pid=<(\d+)>", server.stderr())}
+    assert len(pids) == 2, pids
+    assert pids <= {child.pid for child in tree}, "answered by worker processes"
+    assert not [p for p in tree if p.pid in pids and p.is_running()], "workers are gone"
+    # multiprocessing's resource tracker leaves once it sees its parent gone
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert alive == []
 
 
 def test_parse_size() -> None:

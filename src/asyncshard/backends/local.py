@@ -8,7 +8,9 @@
   prefix without keys (as on object stores).
 * Versions are ``inode-mtime_ns-size`` in hex; every write makes a new file, so a new
   version. Conditional writes compare the version under an exclusive ``flock`` on the
-  destination folder, which also excludes other processes using asyncshard.
+  destination folder, which also excludes other processes using asyncshard; every
+  rename into place and every conditional delete happens under that lock, so a
+  conditional delete never removes a file written after its check.
 * Objects are regular files. A local folder cannot hold both ``a`` and ``a/b``: writing
   either when the other exists raises ``InvalidKeyError``.
 * A write killed before its rename (``kill -9``, a power cut) leaves its temporary file
@@ -345,13 +347,13 @@ class LocalStore(Store):
         try:
             fd, tmp = self._create_temp(folder, created)
             st = self._write_data(fd, data)
-            if if_match is None and not if_absent:
-                os.replace(tmp, path)
-            else:
-                with self._locked(folder):
+            # Unconditional writes take the lock too: delete_if_match checks and unlinks
+            # under it, and must not unlink a file renamed in between.
+            with self._locked(folder):
+                if if_match is not None or if_absent:
                     current = self._meta_at(path, key, folder_error=True)
                     check_condition(key, current, if_match, if_absent)
-                    os.replace(tmp, path)
+                os.replace(tmp, path)
             tmp = None
             self._sweep_if_due(folder)
         except BaseException as exc:

@@ -9,6 +9,15 @@ What it answers (RFC 9110):
   store in ranges of at most ``piece_size`` bytes (4 MiB): a large object is never held
   whole. Later pieces are read conditioned on the first one's version, so an object
   replaced mid-transfer aborts the connection instead of mixing two versions.
+* Memory under slow clients is bounded: every piece is reserved from a budget of
+  ``buffer_bytes`` (128 MiB) per process before its store read and returned once written
+  (or when the request ends, a disconnect included); pieces shrink to 64 KiB once half
+  of the budget is in use, and wait only when even that is not free (``budget.py``).
+  Pieces are written in 64 KiB copies, so the transport's buffer never pins a whole
+  piece, and a client that accepts no write for ``write_timeout`` (60 s) is disconnected
+  (``stalls.py``). Peak RSS growth stays under ``buffer_bytes`` + 128 KiB per open
+  connection (300 clients that never read: +92-131 MiB, against +1625 MiB without the
+  budget; see docs/ARCHITECTURE.md).
 * ``Range``: one range (``bytes=a-b``, ``a-``, ``-n``) answers ``206`` with
   ``Content-Range``; several answer ``206 multipart/byteranges`` (sorted, overlapping and
   adjacent ones merged); unsatisfiable ones ``416`` with ``Content-Range: bytes */size``;
@@ -16,7 +25,7 @@ What it answers (RFC 9110):
   digits, which no object can reach) is ignored: ``200``.
   ``Range`` is ignored on ``HEAD``; ``If-Range`` is honoured.
 * ``If-Match``, ``If-None-Match``, ``If-Modified-Since``, ``If-Unmodified-Since``:
-  ``304``/``412`` per RFC 9110 section 13.2.2.
+  ``304``/``412`` per RFC 9110 section 13.2.2; an invalid date is ignored.
 * No ``Content-Encoding`` ever: bytes go out exactly as stored (precomputed ``gzip``
   encodings live inside the shards and are decoded by the viewer).
 * ``GET /folder/``: an HTML listing (Neuroglancer's format), or JSON with ``?list=json``
@@ -28,15 +37,20 @@ What it answers (RFC 9110):
   ``PUT``, ``DELETE`` when writable).
 * ``PUT``/``DELETE /key`` only when ``writable`` and with ``Authorization: Bearer
   <token>`` (compared in constant time): otherwise ``405`` (not writable) or ``401``.
-  ``If-Match``/``If-None-Match: *`` make a ``PUT`` conditional (``412`` when it fails).
+  ``If-Match``, ``If-None-Match`` and ``If-Unmodified-Since`` make them conditional
+  (``412`` when a precondition fails), atomically: the store writes over, or deletes, only
+  the version the preconditions held for, and a concurrent change evaluates them again.
+  A store that cannot do that (no ``supports_conditional_deletes``, or no
+  ``supports_conditional_writes``) answers a conditional request ``501``.
 * Keys come from the raw URL path through the stores' validation (``keys.py``): ``..``,
   ``%2e%2e``, ``%2F``, ``//``, backslashes and NUL answer ``400``, never a file outside
-  the root. Backend failures answer ``502``, corrupt shards ``500``.
+  the root. Backend failures answer ``502``, corrupt shards ``500``; only asyncshard's
+  typed errors are mapped. A client that disconnects is logged as ``499``.
 """
 
 from __future__ import annotations
 
-import errno
+import asyncio
 import hmac
 import logging
 import secrets
@@ -60,6 +74,7 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
+from asyncshard.server.budget import ByteBudget, Reservation
 from asyncshard.server.keys import Target, parse_path
 from asyncshard.server.listing import listing_html, listing_json, wants_json
 from asyncshard.server.ranges import (
@@ -68,19 +83,29 @@ from asyncshard.server.ranges import (
     satisfiable_ranges,
     unsatisfied_range,
 )
+from asyncshard.server.stalls import StallWatch
 from asyncshard.server.validators import (
     etag_for,
     evaluate_preconditions,
     http_date,
     if_range_holds,
 )
-from asyncshard.store import GetResult, ObjectMeta, Store
+from asyncshard.store import Data, ObjectMeta, Store, retry_on_conflict
 from asyncshard.views.unsharded import UnshardedView
 
 log = logging.getLogger("asyncshard.server")
 
 #: Largest single read the server makes from the store while streaming a body.
 PIECE_SIZE = 4 * 1024 * 1024
+#: Default budget of body bytes held by all requests at once (see ``budget.py``).
+DEFAULT_BUFFER_BYTES = 128 * 1024 * 1024
+#: Bytes handed to the socket per write (each a copy, so that nothing the transport
+#: still buffers keeps a whole piece alive).
+WRITE_SLICE = 64 * 1024
+#: A client that accepts no write slice for this many seconds is disconnected.
+DEFAULT_WRITE_TIMEOUT = 60.0
+#: The status logged for a request whose client disconnected (nginx's convention).
+CLIENT_CLOSED = 499
 #: Largest accepted PUT body.
 MAX_UPLOAD = 1024 * 1024 * 1024
 #: Default ``Cache-Control`` of objects: caches may keep them but must revalidate (cheap,
@@ -95,6 +120,8 @@ READ_HEADERS = (
 )
 WRITE_HEADERS = "Authorization, Content-Type"
 _CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range")
+#: The preconditions of a PUT or DELETE (If-Modified-Since applies to GET and HEAD only).
+_WRITE_CONDITIONS = ("If-Match", "If-None-Match", "If-Unmodified-Since")
 
 
 class LoggedRequest(NamedTuple):
@@ -107,6 +134,8 @@ class LoggedRequest(NamedTuple):
 
 
 STORE = web.AppKey("asyncshard.store", Store)
+BUDGET = web.AppKey("asyncshard.budget", ByteBudget)
+STALLS = web.AppKey("asyncshard.stalls", StallWatch)
 REQUEST_LOG = web.AppKey("asyncshard.request_log", deque[LoggedRequest])
 
 
@@ -175,7 +204,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except _Aborted as aborted:
         if request.transport is not None:
-            request.transport.close()
+            request.transport.abort()  # not close(): it would wait to flush to a staller
         return aborted.response
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -183,21 +212,71 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(exc.status, exc.text or exc.reason, exc.headers)
     except AsyncShardError as exc:
         return _error_for(exc)
-    except OSError as exc:  # a local backend's file system said no
-        if exc.errno == errno.ENAMETOOLONG:
-            return _error(404, "404 Not Found: no key with so long a name")
-        if isinstance(exc, PermissionError):
-            return _error(403, "403 Forbidden: the server may not read this object")
-        log.exception("file system error", exc_info=exc)
-        return _error(500, f"500 Internal Server Error: {type(exc).__name__}")
+    except ConnectionError:  # the client went away mid-answer: nothing to send or log
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
+
+
+@dataclass
+class _Out:
+    """Where a body goes: its response, written under the stall watch."""
+
+    response: web.StreamResponse
+    transport: asyncio.Transport | None
+    stalls: StallWatch
+
+    async def write(self, data: Data | None) -> None:
+        """Write ``data`` (``None``: end the body); a client that accepts nothing for the
+        write timeout is disconnected (it would otherwise hold its piece forever)."""
+        if self.transport is None:  # the client is gone: aiohttp raises the right error
+            await self._write(data)
+            return
+        token = self.stalls.begin(self.transport)
+        try:
+            await self._write(data)
+        finally:
+            self.stalls.end(token)
+
+    async def _write(self, data: Data | None) -> None:
+        if data is None:
+            await self.response.write_eof()
+        else:
+            await self.response.write(data)
+
+    async def send(self, data: Data) -> None:
+        """Write ``data`` in slices of :data:`WRITE_SLICE` bytes, each a copy (a slice of
+        the piece would keep all of it alive for as long as the transport buffers it)."""
+        view = memoryview(data)
+        if len(view) <= WRITE_SLICE:
+            await self.write(view)
+            return
+        for i in range(0, len(view), WRITE_SLICE):
+            await self.write(bytes(view[i : i + WRITE_SLICE]))
+
+
+@dataclass
+class _Piece:
+    """Bytes of the object from offset ``at``, read ahead, and their share of the budget.
+
+    ``data`` is cleared once written, so that the bytes are freed with their reservation.
+    """
+
+    at: int
+    data: memoryview | None
+    reservation: Reservation
 
 
 class _Server:
     """The request handlers of one application."""
 
-    def __init__(self, store: Store, options: ServerOptions) -> None:
+    def __init__(
+        self, store: Store, options: ServerOptions, budget: ByteBudget, stalls: StallWatch
+    ) -> None:
         self.store = store
         self.opts = options
+        self.budget = budget
+        self.stalls = stalls
 
     # -- common headers -------------------------------------------------------------------
 
@@ -287,10 +366,11 @@ class _Server:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def _first_read(self, ranges: list[ByteRange] | None) -> ByteRange | None:
-        """The store range that starts the body and reveals the size, or ``None`` when a
-        ``HEAD`` must come first (multiple ranges, a suffix longer than one piece)."""
-        piece = self.opts.piece_size
+    @staticmethod
+    def _first_read(ranges: list[ByteRange] | None, piece: int) -> Range | Suffix | None:
+        """The store range of at most ``piece`` bytes that starts the body and reveals the
+        size, or ``None`` when a ``HEAD`` must come first (multiple ranges, a suffix longer
+        than ``piece``)."""
         if ranges is None:
             return Range(0, piece)
         if len(ranges) != 1:
@@ -305,35 +385,59 @@ class _Server:
     async def read(self, request: web.Request, key: str) -> web.StreamResponse:
         headers = request.headers
         ranges = None if request.method == "HEAD" else parse_range_header(headers.get("Range"))
-        first_range = self._first_read(ranges)
-        first: GetResult | None = None
         conditional = any(h in headers for h in _CONDITIONAL)
-        if request.method == "HEAD" or first_range is None or conditional:
-            meta = await self.store.head(key)
-            if meta is None:
-                return _error(404, f"404 Not Found: {key}")
-            etag = etag_for(meta.version)
-            status = evaluate_preconditions(
-                request.method, headers, exists=True, etag=etag, last_modified=meta.last_modified
-            )
-            if status == 304:
-                not_modified = self._object_headers(key, meta)
-                del not_modified["Content-Type"], not_modified["Accept-Ranges"]
-                return web.Response(status=304, headers=not_modified)
-            if status is not None:
-                return _error(status, f"{status} Precondition Failed: {key}")
-            if ranges is not None and not if_range_holds(
-                headers.get("If-Range"), etag, meta.last_modified
-            ):
-                ranges = None
-            if request.method == "HEAD":
-                return await self._head_response(request, key, meta)
+        if request.method != "HEAD" and not conditional:
+            wanted = self._first_read(ranges, self.opts.piece_size)
+            if wanted is not None:
+                want = wanted.length if isinstance(wanted, Suffix) else wanted.end - wanted.start
+                async with self.budget.reserve(max(want, 1)) as reservation:
+                    first_range = self._first_read(ranges, reservation.size)
+                    if first_range is not None:  # else a suffix longer than the budget allows
+                        return await self._read_ahead(
+                            request, key, ranges, first_range, reservation
+                        )
+        meta = await self.store.head(key)
+        if meta is None:
+            return _error(404, f"404 Not Found: {key}")
+        etag = etag_for(meta.version)
+        status = evaluate_preconditions(
+            request.method, headers, exists=True, etag=etag, last_modified=meta.last_modified
+        )
+        if status == 304:
+            not_modified = self._object_headers(key, meta)
+            del not_modified["Content-Type"], not_modified["Accept-Ranges"]
+            return web.Response(status=304, headers=not_modified)
+        if status is not None:
+            return _error(status, f"{status} Precondition Failed: {key}")
+        if ranges is not None and not if_range_holds(
+            headers.get("If-Range"), etag, meta.last_modified
+        ):
+            ranges = None
+        if request.method == "HEAD":
+            return await self._head_response(request, key, meta)
+        return await self._body(request, key, meta, ranges, None)
+
+    async def _read_ahead(
+        self,
+        request: web.Request,
+        key: str,
+        ranges: list[ByteRange] | None,
+        first_range: Range | Suffix,
+        reservation: Reservation,
+    ) -> web.StreamResponse:
+        """Answer with one store read first: it gives the size and starts the body."""
+        first = await self.store.get_object(key, first_range)
+        if first is None:
+            return _error(404, f"404 Not Found: {key}")
+        reservation.keep(len(first.data))
+        meta = first.meta
+        if isinstance(first_range, Suffix):
+            at = max(meta.size - first_range.length, 0)
         else:
-            first = await self.store.get_object(key, first_range)
-            if first is None:
-                return _error(404, f"404 Not Found: {key}")
-            meta = first.meta
-        return await self._body(request, key, meta, ranges, first, first_range)
+            at = min(first_range.start, meta.size)
+        piece = _Piece(at, memoryview(first.data), reservation)
+        del first  # the piece holds the only reference: freed once written
+        return await self._body(request, key, meta, ranges, piece)
 
     async def _head_response(
         self, request: web.Request, key: str, meta: ObjectMeta
@@ -350,8 +454,7 @@ class _Server:
         key: str,
         meta: ObjectMeta,
         ranges: list[ByteRange] | None,
-        first: GetResult | None,
-        first_range: ByteRange | None,
+        piece: _Piece | None,
     ) -> web.StreamResponse:
         size = meta.size
         headers = self._object_headers(key, meta)
@@ -365,14 +468,6 @@ class _Server:
                 del headers["Content-Type"]
                 return _error(416, f"416 Range Not Satisfiable: {key} has {size} bytes", headers)
             status = 206
-        # The bytes already read: [start, start + len) of the object.
-        prefetched: tuple[int, memoryview] | None = None
-        if first is not None and first_range is not None:
-            if isinstance(first_range, Suffix):
-                start = max(size - first_range.length, 0)
-            else:
-                start = min(first_range.start if isinstance(first_range, Range) else 0, size)
-            prefetched = (start, memoryview(first.data))
         if len(spans) == 1:
             start, end = spans[0]
             if status == 206:
@@ -380,11 +475,15 @@ class _Server:
             response = web.StreamResponse(status=status, headers=headers)
             response.content_length = end - start
             await response.prepare(request)
-            await self._stream(response, key, meta, start, end, prefetched)
+            out = self._out(request, response)
+            await self._stream(out, key, meta, start, end, piece)
         else:
-            response = await self._multipart(request, key, meta, spans, headers)
-        await response.write_eof()
-        return response
+            out = await self._multipart(request, key, meta, spans, headers)
+        await out.write(None)
+        return out.response
+
+    def _out(self, request: web.Request, response: web.StreamResponse) -> _Out:
+        return _Out(response, request.transport, self.stalls)
 
     async def _multipart(
         self,
@@ -393,7 +492,7 @@ class _Server:
         meta: ObjectMeta,
         spans: list[tuple[int, int]],
         headers: dict[str, str],
-    ) -> web.StreamResponse:
+    ) -> _Out:
         boundary = secrets.token_hex(16)
         part_type = headers.pop("Content-Type")
         heads = [
@@ -409,41 +508,51 @@ class _Server:
         response = web.StreamResponse(status=206, headers=headers)
         response.content_length = sum(map(len, heads)) + sum(e - s for s, e in spans) + len(tail)
         await response.prepare(request)
+        out = self._out(request, response)
         for head, (start, end) in zip(heads, spans, strict=True):
-            await response.write(head)
-            await self._stream(response, key, meta, start, end, None)
-        await response.write(tail)
-        return response
+            await out.write(head)
+            await self._stream(out, key, meta, start, end, None)
+        await out.write(tail)
+        return out
 
     async def _stream(
         self,
-        response: web.StreamResponse,
+        out: _Out,
         key: str,
         meta: ObjectMeta,
         start: int,
         end: int,
-        prefetched: tuple[int, memoryview] | None,
+        piece: _Piece | None,
     ) -> None:
-        """Write bytes ``[start, end)`` of the object, reading at most a piece at a time."""
+        """Write bytes ``[start, end)`` of the object, a budgeted piece at a time."""
         pos = start
-        if prefetched is not None:
-            at, data = prefetched
-            if at <= pos < at + len(data):
-                chunk = data[pos - at : min(end, at + len(data)) - at]
-                await response.write(chunk)
-                pos += len(chunk)
+        if piece is not None and piece.data is not None:
+            data, piece.data = piece.data, None
+            if piece.at <= pos < piece.at + len(data):
+                stop = min(end, piece.at + len(data))
+                await out.send(data[pos - piece.at : stop - piece.at])
+                pos = stop
+            del data
+            piece.reservation.release()
         while pos < end:
-            stop = min(end, pos + self.opts.piece_size)
-            try:
-                result = await self.store.get_object(key, Range(pos, stop), if_match=meta.version)
-            except AsyncShardError as exc:
-                log.warning("%s changed or failed while being sent: %s", key, exc)
-                raise _Aborted(f"{key}: {exc}", response) from exc
-            if result is None or len(result.data) != stop - pos:
-                log.warning("%s vanished or shrank while being sent", key)
-                raise _Aborted(f"{key}: vanished or shrank while being sent", response)
-            await response.write(result.data)
+            async with self.budget.reserve(min(end - pos, self.opts.piece_size)) as reservation:
+                stop = pos + reservation.size
+                await self._send_piece(out, key, meta, pos, stop)
             pos = stop
+
+    async def _send_piece(
+        self, out: _Out, key: str, meta: ObjectMeta, start: int, stop: int
+    ) -> None:
+        """Read bytes ``[start, stop)`` at the body's version and write them."""
+        try:
+            result = await self.store.get_object(key, Range(start, stop), if_match=meta.version)
+        except AsyncShardError as exc:
+            log.warning("%s changed or failed while being sent: %s", key, exc)
+            raise _Aborted(f"{key}: {exc}", out.response) from exc
+        if result is None or len(result.data) != stop - start:
+            log.warning("%s vanished or shrank while being sent", key)
+            raise _Aborted(f"{key}: vanished or shrank while being sent", out.response)
+        await out.send(result.data)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -472,21 +581,58 @@ class _Server:
         if target.is_dir:
             return _error(400, f"400 Bad Request: /{target.key} is a folder, not a key")
         key = target.key
-        current = await self.store.head(key)
-        status = evaluate_preconditions(
+        conditional = any(h in request.headers for h in _WRITE_CONDITIONS)
+        if request.method == "DELETE":
+            if not conditional:
+                await self.store.erase_values([key])
+                return web.Response(status=204)
+            if not self.store.supports_conditional_deletes:
+                return _error(
+                    501,
+                    f"501 Not Implemented: {self.store!r} cannot delete "
+                    "conditionally (atomically), so conditional DELETEs are refused",
+                )
+            return await retry_on_conflict(lambda: self._delete_if(request, key), key)
+        if conditional and not self.store.supports_conditional_writes:
+            return _error(
+                501,
+                f"501 Not Implemented: {self.store!r} cannot write "
+                "conditionally (atomically), so conditional PUTs are refused",
+            )
+        body = await request.read()
+        return await retry_on_conflict(lambda: self._put(request, key, body, conditional), key)
+
+    def _precondition(self, request: web.Request, current: ObjectMeta | None) -> int | None:
+        return evaluate_preconditions(
             request.method,
             request.headers,
             exists=current is not None,
             etag=etag_for(current.version) if current else None,
             last_modified=current.last_modified if current else None,
         )
-        if status is not None:
+
+    async def _delete_if(self, request: web.Request, key: str) -> web.StreamResponse:
+        """A conditional DELETE: the preconditions are checked on the current version, and
+        only that version is deleted (a ``ConflictError`` when it changed: checked again)."""
+        current = await self.store.head(key)
+        if self._precondition(request, current) is not None:
             return _error(412, f"412 Precondition Failed: {key}")
-        if request.method == "DELETE":
-            await self.store.erase_values([key])
-            return web.Response(status=204)
-        body = await request.read()
-        conditional = "If-Match" in request.headers or "If-None-Match" in request.headers
+        if current is not None:
+            if current.version is None:
+                return _error(501, f"501 Not Implemented: {key} has no version to delete by")
+            await self.store.delete_if_match(key, current.version)
+        return web.Response(status=204)
+
+    async def _put(
+        self, request: web.Request, key: str, body: bytes, conditional: bool
+    ) -> web.StreamResponse:
+        """A PUT; when conditional, written only over the version the preconditions held
+        for (or only created), so a concurrent change makes it check again."""
+        current = await self.store.head(key)
+        if self._precondition(request, current) is not None:
+            return _error(412, f"412 Precondition Failed: {key}")
+        if conditional and current is not None and current.version is None:
+            return _error(501, f"501 Not Implemented: {key} has no version to write over")
         version = await self.store.set(
             key,
             body,
@@ -510,6 +656,8 @@ def make_app(
     writable: bool = False,
     token: str | None = None,
     piece_size: int = PIECE_SIZE,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT,
     max_upload: int = MAX_UPLOAD,
     request_log: deque[LoggedRequest] | None = None,
     close_store: bool = True,
@@ -527,6 +675,9 @@ def make_app(
         cache_bytes: the shard-index cache of the unsharded view.
         writable, token: accept ``PUT``/``DELETE`` with ``Authorization: Bearer <token>``.
         piece_size: largest single store read while streaming a body.
+        buffer_bytes: budget of body bytes held by all requests at once (pieces shrink
+            to 64 KiB when it runs low; see the module docstring).
+        write_timeout: seconds a client may accept no data before it is disconnected.
         max_upload: largest ``PUT`` body (larger ones answer 413).
         request_log: a deque that receives a :class:`LoggedRequest` per answer.
         close_store: close the store when the application shuts down.
@@ -537,13 +688,18 @@ def make_app(
         raise ValueError("the unsharded view is read-only: writable and unshard exclude each other")
     if writable and not store.supports_writes:
         raise ValueError(f"{store!r} does not accept writes")
-    if piece_size <= 0:
-        raise ValueError("piece_size must be positive")
+    if piece_size <= 0 or buffer_bytes <= 0 or write_timeout <= 0:
+        raise ValueError("piece_size, buffer_bytes and write_timeout must be positive")
     served: Store = UnshardedView(store, cache=IndexCache(cache_bytes)) if unshard else store
     options = ServerOptions(allow_origin, cache_control, writable, token, piece_size)
-    server = _Server(served, options)
+    budget = ByteBudget(buffer_bytes)
+    stalls = StallWatch(write_timeout)
+    server = _Server(served, options, budget, stalls)
     app = web.Application(middlewares=[_errors], client_max_size=max_upload)
     app[STORE] = served
+    app[BUDGET] = budget
+    app[STALLS] = stalls
+    app.cleanup_ctx.append(stalls.sweeping)
     if request_log is not None:
         app[REQUEST_LOG] = request_log
     app.on_response_prepare.append(server.on_prepare)

@@ -4,30 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import re
 import secrets
-import signal
+import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
-from aiohttp import web
 
-from asyncshard.backends.local import LocalStore
-from asyncshard.backends.registry import open_store
 from asyncshard.cache import DEFAULT_CACHE_BYTES
 from asyncshard.errors import AsyncShardError
-from asyncshard.server.app import DEFAULT_CACHE_CONTROL, make_app
+from asyncshard.server.app import DEFAULT_BUFFER_BYTES, DEFAULT_CACHE_CONTROL, DEFAULT_WRITE_TIMEOUT
 from asyncshard.server.demo import neuroglancer_state, neuroglancer_url, write_demo
+from asyncshard.server.runner import (
+    NothingToServe,
+    ServeConfig,
+    check_url,
+    configure_logging,
+    serve_config,
+)
+from asyncshard.server.workers import WorkerFailed, serve_workers
 
 TOKEN_ENV = "ASYNCSHARD_TOKEN"
 DEFAULT_PORT = 8000
-#: Access log: client, request line, status, bytes sent and the Range asked for.
-ACCESS_LOG_FORMAT = '%a "%r" %s %b range=%{Range}i'
 _SIZE = re.compile(r"\s*([0-9]+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
 
 
@@ -51,38 +53,6 @@ def _link_host(host: str) -> str:
     if host in ("0.0.0.0", "::", ""):
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host
-
-
-async def run_app(
-    app: web.Application,
-    host: str,
-    port: int,
-    *,
-    ready: Callable[[int], None] | None = None,
-    access_log: bool = True,
-) -> None:
-    """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM; ``ready(port)`` once listening."""
-    runner = web.AppRunner(
-        app,
-        access_log=logging.getLogger("aiohttp.access") if access_log else None,
-        access_log_format=ACCESS_LOG_FORMAT,
-        handler_cancellation=True,
-    )
-    await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1] if runner.addresses else port
-        if ready is not None:
-            ready(bound)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
 
 
 @contextlib.contextmanager
@@ -141,6 +111,29 @@ def _demo_folder(folder: str) -> Iterator[str]:
     help="Write a small sharded demo volume (zarr3 and precomputed) to FOLDER (default: a "
     "temporary folder), serve it and print a Neuroglancer link.",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Server processes sharing the port (SO_REUSEPORT), each with its own caches; "
+    "use about one per core.",
+)
+@click.option(
+    "--buffer-bytes",
+    default=f"{DEFAULT_BUFFER_BYTES >> 20}M",
+    callback=_size,
+    show_default=True,
+    help="Body bytes one server process holds for all clients at once; pieces shrink to "
+    "64 KiB when it runs low.",
+)
+@click.option(
+    "--write-timeout",
+    default=DEFAULT_WRITE_TIMEOUT,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client may accept no data before it is disconnected.",
+)
 @click.option("--quiet", is_flag=True, help="No access log.")
 def serve(
     url: str | None,
@@ -153,6 +146,9 @@ def serve(
     writable: bool,
     token: str | None,
     demo: str | None,
+    workers: int,
+    buffer_bytes: int,
+    write_timeout: float,
     quiet: bool,
 ) -> None:
     """Serve the store at URL over HTTP to web viewers (Neuroglancer, vizarr...).
@@ -164,12 +160,12 @@ def serve(
         raise click.UsageError("give a store URL to serve, or --demo [FOLDER]")
     if writable and unshard:
         raise click.UsageError("--unshard serves a read-only view: it excludes --writable")
+    if workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        raise click.UsageError("--workers needs SO_REUSEPORT, which this system lacks")
     if writable and not token:
         token = secrets.token_urlsafe(24)
         click.echo(f"Write token (send 'Authorization: Bearer <token>'): {token}", err=True)
-    if not quiet:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-        logging.getLogger("aiohttp.access").setLevel(logging.INFO)
+    configure_logging(quiet)
     try:
         with _demo_folder(demo or "") as folder:
             if demo is not None:
@@ -181,30 +177,39 @@ def serve(
                 )
                 url = str(Path(folder).resolve())
             assert url is not None
-            store = open_store(url)
-            if isinstance(store, LocalStore) and not writable and not store.root.is_dir():
-                raise click.ClickException(f"no such folder: {store.root}")
-            app = make_app(
-                store,
+            config = ServeConfig(
+                url,
+                host=host,
+                port=port,
                 allow_origin=allow_origin,
                 cache_control=cache_control or None,
-                unshard=unshard,
                 cache_bytes=cache_bytes,
+                unshard=unshard,
                 writable=writable,
                 token=token,
+                buffer_bytes=buffer_bytes,
+                write_timeout=write_timeout,
+                quiet=quiet,
+                workers=workers,
             )
 
             def ready(bound: int) -> None:
                 base = f"http://{_link_host(host)}:{bound}"
-                click.echo(f"Serving {url} at {base}/ (Ctrl-C to stop)")
+                more = f" with {workers} worker processes" if workers > 1 else ""
+                click.echo(f"Serving {url} at {base}/{more} (Ctrl-C to stop)")
                 if demo is not None:
                     link = neuroglancer_url(neuroglancer_state(base))
                     click.echo("Open the demo in Neuroglancer (zarr3 left, precomputed right):")
                     click.echo(link)
                 sys.stdout.flush()
 
-            asyncio.run(run_app(app, host, port, ready=ready, access_log=not quiet))
-    except (AsyncShardError, OSError, ValueError) as exc:
+            if workers == 1:
+                asyncio.run(serve_config(config, ready=ready))
+            else:
+                if not writable:
+                    asyncio.run(check_url(config))
+                serve_workers(config, ready)
+    except (AsyncShardError, OSError, ValueError, NothingToServe, WorkerFailed) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except KeyboardInterrupt:  # pragma: no cover - interactive
         pass

@@ -8,6 +8,15 @@ version does.
 :func:`evaluate_preconditions` applies ``If-Match``, ``If-Unmodified-Since``,
 ``If-None-Match`` and ``If-Modified-Since`` in the order RFC 9110 section 13.2.2 gives;
 :func:`if_range_holds` decides whether a ``Range`` is honoured under ``If-Range``.
+
+Dates follow the ``HTTP-date`` grammar of RFC 9110 section 5.6.7 exactly: the
+IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``) and the two obsolete forms that recipients
+must accept (RFC 850 ``Sunday, 06-Nov-94 08:49:37 GMT``, asctime ``Sun Nov  6 08:49:37
+1994``). Anything else (a numeric time zone, year ``0000``, a five-digit year, 31 February)
+is invalid, and an invalid date makes its header ignored, as RFC 9110 sections 13.1.3,
+13.1.4 and 13.1.5 require: :func:`parse_http_date` never raises. The standard library's
+``email.utils`` parser is not used: it reads ``0000`` as 2000, accepts any time zone and
+raises ``OverflowError`` on very long numbers.
 """
 
 from __future__ import annotations
@@ -16,10 +25,29 @@ import hashlib
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
+from email.utils import format_datetime
 
 _ETAG_CHARS = re.compile(r"[\x21\x23-\x7e]+")
 _ETAG_LIST_ITEM = re.compile(r'\s*(?:W/)?"[^"]*"\s*')
+
+_MONTHS = {
+    name: n
+    for n, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+_MONTH = "(" + "|".join(_MONTHS) + ")"
+_TIME = "([0-9]{2}):([0-9]{2}):([0-9]{2})"
+_IMF_FIXDATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{{2}}) {_MONTH} ([0-9]{{4}}) {_TIME} GMT"
+)
+_RFC850_DATE = re.compile(
+    r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), "
+    rf"([0-9]{{2}})-{_MONTH}-([0-9]{{2}}) {_TIME} GMT"
+)
+_ASCTIME_DATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH} ([0-9]{{2}}| [0-9]) {_TIME} ([0-9]{{4}})"
+)
 
 
 def etag_for(version: str | None) -> str | None:
@@ -40,16 +68,33 @@ def http_date(moment: datetime) -> str:
 
 
 def parse_http_date(value: str | None) -> datetime | None:
-    """The moment an HTTP date names (any of the three RFC formats); ``None`` if invalid."""
+    """The moment an ``HTTP-date`` names (any of its three forms), in UTC; ``None`` if
+    ``value`` is absent or not a valid date. Never raises."""
     if not value:
         return None
+    value = value.strip(" \t")
+    if match := _IMF_FIXDATE.fullmatch(value):
+        day, month, year, hour, minute, second = match.groups()
+    elif match := _RFC850_DATE.fullmatch(value):
+        day, month, yy, hour, minute, second = match.groups()
+        year = str(_rfc850_year(int(yy)))
+    elif match := _ASCTIME_DATE.fullmatch(value):
+        month, day, hour, minute, second, year = match.groups()
+    else:
+        return None
     try:
-        moment = parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError):
+        return datetime(
+            int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second), tzinfo=UTC
+        )
+    except ValueError:  # year 0000, 31 Feb, hour 24, second 60...
         return None
-    if moment is None:  # pragma: no cover - older Pythons returned None
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _rfc850_year(yy: int) -> int:
+    """RFC 9110: a two-digit year more than 50 years ahead is the latest past one."""
+    this_year = datetime.now(UTC).year
+    year = this_year - this_year % 100 + yy
+    return year - 100 if year > this_year + 50 else year
 
 
 def _seconds(moment: datetime) -> datetime:

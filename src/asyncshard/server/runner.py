@@ -1,0 +1,174 @@
+"""Running the server of ``asyncshard serve`` in one process (each worker runs one).
+
+:class:`ServeConfig` is everything a server process needs, plain and picklable, so that
+``--workers`` can hand it to spawned processes; :func:`serve_config` opens the store,
+builds the application and serves it until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from asyncshard.backends.registry import open_store
+from asyncshard.cache import DEFAULT_CACHE_BYTES
+from asyncshard.errors import StorePermissionError, UnsupportedOperationError
+from asyncshard.server.app import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_CACHE_CONTROL,
+    DEFAULT_WRITE_TIMEOUT,
+    make_app,
+)
+from asyncshard.store import Store
+
+#: Access log: client, request line, status, bytes sent and the Range asked for.
+ACCESS_LOG_FORMAT = '%a "%r" %s %b range=%{Range}i'
+#: With several workers, each line also names the worker process that answered.
+WORKER_ACCESS_LOG_FORMAT = ACCESS_LOG_FORMAT + " pid=%P"
+#: Seconds requests in flight get to finish after SIGINT/SIGTERM (aiohttp's default is
+#: 60 s, long to wait when a client stopped reading). aiohttp waits that long, then
+#: cancels the request and waits as long again before it cancels the handler: a server
+#: with clients that stopped reading stops within about twice this.
+SHUTDOWN_TIMEOUT = 5.0
+
+
+class NothingToServe(Exception):
+    """A read-only server over a store that lists no keys at all (a mistyped path)."""
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What one server process serves, and how (the options of ``asyncshard serve``)."""
+
+    url: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    allow_origin: str = "*"
+    cache_control: str | None = DEFAULT_CACHE_CONTROL
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    unshard: bool = False
+    writable: bool = False
+    token: str | None = None
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    quiet: bool = False
+    workers: int = 1
+
+
+def configure_logging(quiet: bool) -> None:
+    """The access log on stderr, unless ``quiet``."""
+    if not quiet:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+        logging.getLogger("aiohttp.access").setLevel(logging.INFO)
+
+
+async def check_servable(store: Store, url: str) -> None:
+    """Refuse to serve, read-only, a store that lists nothing: a mistyped folder or prefix.
+
+    Only the Store contract is used: a missing folder and an empty one both list no keys.
+    Stores that cannot list (plain HTTP) or may not (no list permission) are served as
+    they are.
+    """
+    if not store.supports_listing:
+        return
+    try:
+        keys, prefixes = await store.list_dir("")
+    except (UnsupportedOperationError, StorePermissionError):
+        return
+    if not keys and not prefixes:
+        raise NothingToServe(
+            f"nothing to serve at {url}: no such folder, or an empty one "
+            "(--writable serves it all the same)"
+        )
+
+
+async def run_app(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    ready: Callable[[int], None] | None = None,
+    access_log: bool = True,
+    access_log_format: str = ACCESS_LOG_FORMAT,
+    reuse_port: bool = False,
+) -> None:
+    """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM; ``ready(port)`` once listening.
+
+    ``reuse_port`` binds with ``SO_REUSEPORT``, so that several processes share the port
+    (the kernel spreads the connections over them).
+    """
+    runner = web.AppRunner(
+        app,
+        access_log=logging.getLogger("aiohttp.access") if access_log else None,
+        access_log_format=access_log_format,
+        handler_cancellation=True,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+    )
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        if ready is not None:
+            ready(bound)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+async def serve_config(
+    config: ServeConfig,
+    *,
+    ready: Callable[[int], None] | None = None,
+    check: bool = True,
+    reuse_port: bool = False,
+) -> None:
+    """Open the store of ``config`` and serve it until SIGINT/SIGTERM (see :func:`run_app`).
+
+    ``check``: first refuse a read-only store that lists nothing (:func:`check_servable`).
+    """
+    store = open_store(config.url)
+    try:
+        if check and not config.writable:
+            await check_servable(store, config.url)
+        app = make_app(
+            store,
+            allow_origin=config.allow_origin,
+            cache_control=config.cache_control,
+            unshard=config.unshard,
+            cache_bytes=config.cache_bytes,
+            writable=config.writable,
+            token=config.token,
+            buffer_bytes=config.buffer_bytes,
+            write_timeout=config.write_timeout,
+        )
+    except BaseException:
+        await store.close()
+        raise
+    await run_app(
+        app,
+        config.host,
+        config.port,
+        ready=ready,
+        access_log=not config.quiet,
+        access_log_format=WORKER_ACCESS_LOG_FORMAT if config.workers > 1 else ACCESS_LOG_FORMAT,
+        reuse_port=reuse_port,
+    )
+
+
+async def check_url(config: ServeConfig) -> None:
+    """:func:`check_servable` on the store of ``config`` (opened and closed again)."""
+    async with open_store(config.url) as store:
+        await check_servable(store, config.url)
