@@ -49,11 +49,11 @@ import tensorstore as ts
 from obstore.store import HTTPStore
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nginx import Nginx  # noqa: E402
+from nginx import Nginx
 
-from asyncshard import open_store  # noqa: E402
-from asyncshard.cache import IndexCache  # noqa: E402
-from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore  # noqa: E402
+from asyncshard import open_store
+from asyncshard.cache import IndexCache
+from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore
 
 SHAPE = (512, 512, 256)
 CHUNK = 32
@@ -123,7 +123,9 @@ def write_datasets(root: Path, only: str | None) -> None:
 
 def sample(n: int, seed: int) -> list[Coords]:
     rng = random.Random(seed)
-    return [(rng.randrange(GRID[0]), rng.randrange(GRID[1]), rng.randrange(GRID[2])) for _ in range(n)]
+    return [
+        (rng.randrange(GRID[0]), rng.randrange(GRID[1]), rng.randrange(GRID[2])) for _ in range(n)
+    ]
 
 
 @dataclass
@@ -185,7 +187,9 @@ async def zarr_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dic
     run = await measure(
         server,
         len(ranges),
-        lambda: bounded(ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT),
+        lambda: bounded(
+            ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT
+        ),
     )
     return {"warm 32": run}
 
@@ -195,7 +199,12 @@ def zarr_keys(coords: list[Coords]) -> list[str]:
 
 
 async def zarr_asyncshard(
-    server: Nginx, cold: list[Coords], warm: list[Coords], *, in_flight: int | None, data_cache: bool
+    server: Nginx,
+    cold: list[Coords],
+    warm: list[Coords],
+    *,
+    in_flight: int | None,
+    data_cache: bool,
 ) -> dict[str, Run]:
     store = await ZarrShardedStore.open(
         open_store(server.url + "/"),
@@ -250,7 +259,9 @@ async def zarr_python(server: Nginx, cold: list[Coords], warm: list[Coords]) -> 
     import zarr.api.asynchronous
     from zarr.storage import ObjectStore
 
-    store = ObjectStore(HTTPStore.from_url(server.url, client_options={"allow_http": True}), read_only=True)
+    store = ObjectStore(
+        HTTPStore.from_url(server.url, client_options={"allow_http": True}), read_only=True
+    )
     arr = await zarr.api.asynchronous.open_array(store=store, path="arr", mode="r")
 
     async def read(coords: list[Coords]) -> None:
@@ -267,7 +278,10 @@ async def zarr_python(server: Nginx, cold: list[Coords], warm: list[Coords]) -> 
 
 
 def chunk_names(coords: list[Coords]) -> list[str]:
-    return ["{}-{}_{}-{}_{}-{}".format(*(v for c in p for v in (c * CHUNK, (c + 1) * CHUNK))) for p in coords]
+    return [
+        "{}-{}_{}-{}_{}-{}".format(*(v for c in p for v in (c * CHUNK, (c + 1) * CHUNK)))
+        for p in coords
+    ]
 
 
 async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[str, Run]:
@@ -284,7 +298,9 @@ async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[
     run = await measure(
         server,
         len(ranges),
-        lambda: bounded(ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT),
+        lambda: bounded(
+            ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT
+        ),
     )
     return {"warm 32": run}
 
@@ -409,8 +425,10 @@ async def run_dataset(server: Nginx, dataset: str, n: int, rounds: int) -> None:
             cold, warm = sample(n, 2 * r), sample(n, 2 * r + 1)
             for row, run in (await reader(server, cold, warm)).items():
                 results.setdefault((label, row), []).append(run)
-    print(f"\n{dataset}: {n} random {CHUNK}^3 chunks, median of {rounds} rounds, load {os.getloadavg()[0]:.1f}")
-    print(f"{'reader':36} {'phase':8} {'chunks/s':>9} {'CPU-ms':>7} {'req/chk':>7} {'x rate':>7} {'x CPU':>6}")
+    load = os.getloadavg()[0]
+    print(f"\n{dataset}: {n} random {CHUNK}^3 chunks, median of {rounds} rounds, load {load:.1f}")
+    head = ("reader", "phase", "chunks/s", "CPU-ms", "req/chk", "x rate", "x CPU")
+    print("{:36} {:8} {:>9} {:>7} {:>7} {:>7} {:>6}".format(*head))
     med: dict[tuple[str, str], tuple[float, float, float]] = {}
     for key, runs in results.items():
         med[key] = (
