@@ -6,8 +6,9 @@ test module and providing a ``harness`` fixture that yields a :class:`Harness` a
 fresh store: how to seed it, how test keys map to its keys (:class:`ChunkKeys` for
 adapters whose keys are chunk keys) and which counters it keeps.
 
-This package imports pytest (a test-time dependency); ``import asyncshard`` never
-imports it.
+The tests are coroutines, run by pytest-asyncio (an async ``harness`` fixture needs its
+``auto`` mode or ``pytest_asyncio.fixture``). This package imports pytest (a test-time
+dependency, in the ``test`` extra); ``import asyncshard`` never imports it.
 """
 
 import pytest

@@ -20,7 +20,10 @@ def _only_if(harness: Harness, applies: bool, why: str) -> Harness:
 
 
 class ConformanceBase:
-    """Fixtures shared by the suite's test classes."""
+    """Fixtures shared by the suite's test classes. The tests are coroutines run by
+    pytest-asyncio (marked, so its strict mode runs them too)."""
+
+    pytestmark = pytest.mark.asyncio
 
     @pytest.fixture
     def harness(self) -> Harness:
