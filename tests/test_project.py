@@ -37,3 +37,16 @@ def test_readme_has_exactly_two_commands_and_ci_runs_the_second() -> None:
     assert len(commands) == 2 and all("\n" not in c for c in commands), commands
     ci_lines = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert ci_lines[-1] == commands[1]
+
+
+def test_the_package_imports_no_test_tools() -> None:
+    """``asyncshard.testing`` (the conformance suite) needs pytest; the package does not."""
+    probe = (
+        "import sys, asyncshard, asyncshard.sharding, asyncshard.views, asyncshard.cli\n"
+        "loaded = {'pytest', 'asyncshard.testing'} & set(sys.modules)\n"
+        "assert not loaded, loaded"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

@@ -5,20 +5,22 @@ when closed, and passes every primitive through under a key mapping (``_inner_ke
 identity by default) with results reported under the caller's key. Subclasses
 override what they change.
 
-Counters on a wrapper mean **logical operations**: ``stats.requests[verb]`` counts the
-keys callers asked for per verb and the byte counters what callers got and gave; what
-that cost is counted by the wrapped store's own ``stats``.
+Counters on a wrapper mean **logical operations**: ``stats.requests[verb]`` counts, for
+each call, the distinct keys callers asked for with that verb (four ranges of one key in
+one ``get_partial_values`` are one ``get``), ``bytes_returned`` and ``bytes_written``
+what callers got and gave, and ``bytes_fetched`` stays 0: what the operations cost is
+counted by the wrapped store's own ``stats``.
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from typing import TypeVar
 
 from asyncshard.ranges import ByteRange
-from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
+from asyncshard.store import BytesLike, Data, GetResult, ObjectMeta, Store, validate_key
 
 __all__ = ["WrapperStore", "with_key"]
 
@@ -70,6 +72,35 @@ class WrapperStore(Store):
     def _outer_key(self, inner_key: str) -> str | None:
         """This store's key for a key of the wrapped store (``None``: not visible here)."""
         return inner_key
+
+    # -- counters: logical operations ---------------------------------------------------
+
+    def _count(self, verb: str, keys: Iterable[str]) -> None:
+        """Count one ``verb`` operation per distinct key of one call."""
+        self.stats.requests[verb] += len(set(keys))
+
+    async def _fetch(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        """A read through the wrapped store, which counts what it cost (the logical
+        operation is counted by the verb that asked)."""
+        return await self._get(key, byte_range, if_match)
+
+    async def get_object(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> GetResult | None:
+        self._count("get", [validate_key(key)])
+        return await super().get_object(key, byte_range, if_match=if_match)
+
+    async def get_partial_values(
+        self,
+        key_ranges: Iterable[tuple[str, ByteRange | None]],
+        *,
+        if_match: Mapping[str, str] | None = None,
+    ) -> builtins.list[Data | None]:
+        items = [(validate_key(key), rng) for key, rng in key_ranges]
+        self._count("get", (key for key, _ in items))
+        return await super().get_partial_values(items, if_match=if_match)
 
     # -- pass-through primitives --------------------------------------------------------
 

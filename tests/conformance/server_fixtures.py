@@ -20,7 +20,7 @@ from aiohttp import web
 
 from asyncshard.backends import LocalStore, open_store
 from asyncshard.server.app import make_app
-from tests.conformance.harness import Harness
+from asyncshard.testing import Harness
 from tests.servers._threaded import ThreadedApp
 from tests.servers.fixtures import SHARED, unique_prefix, write_files
 

@@ -23,7 +23,7 @@ import pytest
 
 from asyncshard.backends import open_store
 from asyncshard.store import Store
-from tests.conformance.harness import Harness
+from asyncshard.testing import Harness
 from tests.servers.gcs_fake import FakeGCS, service_account_key
 from tests.servers.http_static import StaticServer
 from tests.servers.proxy import FaultProxy
@@ -33,17 +33,18 @@ from tests.servers.webdav import WebDAVServer, start_webdav
 T = TypeVar("T")
 
 #: Named deviations of ``rclone serve s3`` 1.75, reported in skips (see docs/cloud.md).
-RCLONE_QUIRKS = frozenset(
-    {
-        # obstore rejects a 200 to a ranged GET; a proxy in the test setup rewrites it to 206
-        "rclone-ranged-get-200",
-        # If-Match/If-None-Match ignored: store opened with conditional_writes=False; reads
-        # stay safe because CloudStore checks the ETag of every conditional read's answer
-        "rclone-ignores-conditional-headers",
-        # bytes=-N with N > size answered 416: CloudStore re-reads after a HEAD (2 extra requests)
-        "rclone-long-suffix-416",
-    }
-)
+RCLONE_QUIRKS = {
+    "rclone-ranged-get-200": (
+        "obstore rejects a 200 to a ranged GET; a proxy in the test setup rewrites it to 206"
+    ),
+    "rclone-ignores-conditional-headers": (
+        "If-Match/If-None-Match ignored: the store is opened with conditional_writes=False; "
+        "reads stay safe because CloudStore checks the ETag of every conditional read's answer"
+    ),
+    "rclone-long-suffix-416": (
+        "bytes=-N with N > size answered 416: CloudStore re-reads after a HEAD (2 extra requests)"
+    ),
+}
 TEST_BUCKET = "asyncshard-test"
 
 

@@ -90,6 +90,7 @@ from asyncshard.server.validators import (
     http_date,
     if_range_holds,
 )
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
 from asyncshard.store import Data, ObjectMeta, Store, retry_on_conflict
 from asyncshard.views.unsharded import UnshardedView
 
@@ -106,6 +107,8 @@ WRITE_SLICE = 64 * 1024
 DEFAULT_WRITE_TIMEOUT = 60.0
 #: The status logged for a request whose client disconnected (nginx's convention).
 CLIENT_CLOSED = 499
+#: Chunk-data cache of ``--unshard`` (per server process).
+DEFAULT_DATA_CACHE_BYTES = 64 * 1024 * 1024
 #: Largest accepted PUT body.
 MAX_UPLOAD = 1024 * 1024 * 1024
 #: Default ``Cache-Control`` of objects: caches may keep them but must revalidate (cheap,
@@ -653,6 +656,8 @@ def make_app(
     cache_control: str | None = DEFAULT_CACHE_CONTROL,
     unshard: bool = False,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    data_cache_bytes: int = DEFAULT_DATA_CACHE_BYTES,
+    recheck_after: float = DEFAULT_RECHECK_AFTER,
     writable: bool = False,
     token: str | None = None,
     piece_size: int = PIECE_SIZE,
@@ -673,6 +678,10 @@ def make_app(
         unshard: serve sharded Zarr arrays and precomputed volumes as unsharded
             (:class:`~asyncshard.views.unsharded.UnshardedView`); read-only.
         cache_bytes: the shard-index cache of the unsharded view.
+        data_cache_bytes: the unsharded view's chunk-data cache (``0``: none): viewers
+            re-read chunks, and a streamed encoded chunk is decoded once, not per piece.
+        recheck_after: seconds a cached index may answer "no such chunk" (404) before
+            the shard is checked again (see ``ShardedAdapter``).
         writable, token: accept ``PUT``/``DELETE`` with ``Authorization: Bearer <token>``.
         piece_size: largest single store read while streaming a body.
         buffer_bytes: budget of body bytes held by all requests at once (pieces shrink
@@ -690,7 +699,14 @@ def make_app(
         raise ValueError(f"{store!r} does not accept writes")
     if piece_size <= 0 or buffer_bytes <= 0 or write_timeout <= 0:
         raise ValueError("piece_size, buffer_bytes and write_timeout must be positive")
-    served: Store = UnshardedView(store, cache=IndexCache(cache_bytes)) if unshard else store
+    served: Store = store
+    if unshard:
+        served = UnshardedView(
+            store,
+            cache=IndexCache(cache_bytes),
+            data_cache=IndexCache(data_cache_bytes) if data_cache_bytes > 0 else None,
+            recheck_after=recheck_after,
+        )
     options = ServerOptions(allow_origin, cache_control, writable, token, piece_size)
     budget = ByteBudget(buffer_bytes)
     stalls = StallWatch(write_timeout)

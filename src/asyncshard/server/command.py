@@ -17,7 +17,12 @@ import click
 
 from asyncshard.cache import DEFAULT_CACHE_BYTES
 from asyncshard.errors import AsyncShardError
-from asyncshard.server.app import DEFAULT_BUFFER_BYTES, DEFAULT_CACHE_CONTROL, DEFAULT_WRITE_TIMEOUT
+from asyncshard.server.app import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_CACHE_CONTROL,
+    DEFAULT_DATA_CACHE_BYTES,
+    DEFAULT_WRITE_TIMEOUT,
+)
 from asyncshard.server.demo import neuroglancer_state, neuroglancer_url, write_demo
 from asyncshard.server.runner import (
     NothingToServe,
@@ -27,6 +32,7 @@ from asyncshard.server.runner import (
     serve_config,
 )
 from asyncshard.server.workers import WorkerFailed, serve_workers
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
 
 TOKEN_ENV = "ASYNCSHARD_TOKEN"
 DEFAULT_PORT = 8000
@@ -90,6 +96,21 @@ def _demo_folder(folder: str) -> Iterator[str]:
     help="Shard-index cache of --unshard, in bytes (256M, 1G...).",
 )
 @click.option(
+    "--data-cache-bytes",
+    default=f"{DEFAULT_DATA_CACHE_BYTES >> 20}M",
+    callback=_size,
+    show_default=True,
+    help="Chunk-data cache of --unshard per process (0: none).",
+)
+@click.option(
+    "--recheck-after",
+    default=DEFAULT_RECHECK_AFTER,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds a cached shard index may answer 'no such chunk' before the shard is "
+    "checked again (--unshard; 0: always).",
+)
+@click.option(
     "--unshard",
     is_flag=True,
     help="Serve sharded Zarr v3 arrays and precomputed volumes "
@@ -142,6 +163,8 @@ def serve(
     allow_origin: str,
     cache_control: str,
     cache_bytes: int,
+    data_cache_bytes: int,
+    recheck_after: float,
     unshard: bool,
     writable: bool,
     token: str | None,
@@ -184,6 +207,8 @@ def serve(
                 allow_origin=allow_origin,
                 cache_control=cache_control or None,
                 cache_bytes=cache_bytes,
+                data_cache_bytes=data_cache_bytes,
+                recheck_after=recheck_after,
                 unshard=unshard,
                 writable=writable,
                 token=token,

@@ -23,9 +23,11 @@ from asyncshard.errors import StorePermissionError, UnsupportedOperationError
 from asyncshard.server.app import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_CACHE_CONTROL,
+    DEFAULT_DATA_CACHE_BYTES,
     DEFAULT_WRITE_TIMEOUT,
     make_app,
 )
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
 from asyncshard.store import Store
 
 #: Access log: client, request line, status, bytes sent and the Range asked for.
@@ -53,6 +55,8 @@ class ServeConfig:
     allow_origin: str = "*"
     cache_control: str | None = DEFAULT_CACHE_CONTROL
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    data_cache_bytes: int = DEFAULT_DATA_CACHE_BYTES
+    recheck_after: float = DEFAULT_RECHECK_AFTER
     unshard: bool = False
     writable: bool = False
     token: str | None = None
@@ -149,6 +153,8 @@ async def serve_config(
             cache_control=config.cache_control,
             unshard=config.unshard,
             cache_bytes=config.cache_bytes,
+            data_cache_bytes=config.data_cache_bytes,
+            recheck_after=config.recheck_after,
             writable=config.writable,
             token=config.token,
             buffer_bytes=config.buffer_bytes,

@@ -522,7 +522,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
     ) -> builtins.list[Data | None]:
         """Read chunks and pass-through keys; see :meth:`Store.get_partial_values`."""
         items = [(validate_key(k), r) for k, r in key_ranges]
-        self.stats.requests["get"] += len(items)
+        self._count("get", (k for k, _ in items))
         out: list[Data | None] = [None] * len(items)
         plain: list[int] = []
         chunk_reads: list[tuple[int, ChunkRead]] = []
@@ -852,6 +852,9 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 except ConflictError as exc:
                     failed[i] = exc
                     continue
+                # changes apply one after another: later ones see the shard's next version,
+                # which no caller holds (two writers holding one version: one wins)
+                version = None
                 if new is None:
                     chunks.pop(chunk, None)
                 else:
