@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
 from asyncshard.cache import CacheEntry, IndexCache, default_cache
-from asyncshard.errors import ConflictError, CorruptShardError, InvalidKeyError
+from asyncshard.errors import ConflictError, CorruptShardError, FormatError, InvalidKeyError
 from asyncshard.fanout import settle
 from asyncshard.ranges import ByteRange, Range, resolve
 from asyncshard.sharding.batching import Batcher
@@ -332,6 +332,17 @@ class Miss(enum.Enum):
 MISS = Miss.MISS
 
 
+#: One read's outcome inside the engine: its result, or the error that failed it alone
+#: (a chunk that does not decode fails its own read, not its batch's).
+Outcome = GetResult | FormatError | None
+
+
+def _raised(outcome: Outcome) -> GetResult | None:
+    if isinstance(outcome, FormatError):
+        raise outcome
+    return outcome
+
+
 class _Stale(Exception):
     """A data read conditioned on a cached index found its shard changed or gone."""
 
@@ -464,7 +475,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         the same tick (a read with a caller's condition runs alone: it may fail)."""
         if read.if_match is not None:
             [result] = await self._read_shard([read])
-            return result
+            return _raised(result)
         if not self._reads.pending() and not self._lean_tick:
             # the first read of this tick: the lean path (the next ones of the same tick
             # are batched, since they may share a shard and a request)
@@ -562,11 +573,15 @@ class ShardedAdapter(WrapperStore, IndexIO):
         return out
 
     async def _read_many(self, reads: Sequence[ChunkRead]) -> list[GetResult | None]:
+        """:meth:`_read_group` for reads of any shards; a failed read raises its error."""
+        return [_raised(o) for o in await self._read_group(reads)]
+
+    async def _read_group(self, reads: Sequence[ChunkRead]) -> list[Outcome]:
         """Read chunks of any shards: one batch per shard, concurrently, results in order."""
         by_shard: dict[str, list[int]] = {}
         for i, read in enumerate(reads):
             by_shard.setdefault(read.shard_key, []).append(i)
-        out: list[GetResult | None] = [None] * len(reads)
+        out: list[Outcome] = [None] * len(reads)
 
         async def one(members: list[int]) -> None:
             results = await self._read_shard([reads[i] for i in members])
@@ -576,7 +591,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         await asyncio.gather(*(one(m) for m in by_shard.values()))
         return out
 
-    async def _read_shard(self, reads: Sequence[ChunkRead]) -> list[GetResult | None]:
+    async def _read_shard(self, reads: Sequence[ChunkRead]) -> list[Outcome]:
         """Read chunks of one shard: indexes (cached), then one coalesced data round.
 
         A stale index is dropped and the read runs again; a shard that keeps changing is
@@ -590,9 +605,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 self._forget(shard_key)
         return await self._read_whole(shard_key, reads)
 
-    async def _read_shard_once(
-        self, shard_key: str, reads: Sequence[ChunkRead]
-    ) -> list[GetResult | None]:
+    async def _read_shard_once(self, shard_key: str, reads: Sequence[ChunkRead]) -> list[Outcome]:
         fmt = self.format
         chunks = list(dict.fromkeys(r.chunk for r in reads))
         if self.cache.peek((self._ns, *fmt.index_name(shard_key))) is None and fmt.is_whole(
@@ -610,7 +623,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 raise _Stale(shard_key) from None
             if rechecked is not found:
                 found, hits = rechecked, self._cached_data(shard_key, rechecked, chunks)
-        out: list[GetResult | None] = [None] * len(reads)
+        out: list[Outcome] = [None] * len(reads)
         fetch: list[tuple[int, Range, int]] = []
         for i, read in enumerate(reads):
             entry = found.entries.get(read.chunk)
@@ -654,7 +667,11 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 continue
             raw = decoded.get(read.chunk)
             if raw is None:  # once per chunk, however often it was asked
-                raw = decoded[read.chunk] = await self._raw(read, value, found.version)
+                try:
+                    raw = decoded[read.chunk] = await self._raw(read, value, found.version)
+                except FormatError as exc:  # this chunk is corrupt, not its neighbours
+                    out[i] = exc
+                    continue
             a, b = resolve(read.rng, len(raw))
             out[i] = GetResult(memoryview(raw)[a:b], ObjectMeta(read.key, len(raw), found.version))
         return out
@@ -695,9 +712,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
             return fmt.decode(stored, shard_key, chunk)
         return await asyncio.to_thread(fmt.decode, stored, shard_key, chunk)
 
-    async def _read_whole(
-        self, shard_key: str, reads: Sequence[ChunkRead]
-    ) -> list[GetResult | None]:
+    async def _read_whole(self, shard_key: str, reads: Sequence[ChunkRead]) -> list[Outcome]:
         """Read the whole shard in one unconditional request and cut the reads from it."""
         result = await self.inner.get_object(shard_key)
         if result is None:
@@ -707,7 +722,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         chunks = self.format.split(shard_key, view)
         version = result.meta.version
         self._remember(shard_key, view, version)
-        out: list[GetResult | None] = []
+        out: list[Outcome] = []
         for read in reads:
             stored = chunks.get(read.chunk)
             if stored is None:
@@ -715,7 +730,11 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 continue
             if read.if_match is not None:
                 check_condition(read.key, ObjectMeta(read.key, 0, version), read.if_match, False)
-            raw = await self._raw(read, stored, version)
+            try:
+                raw = await self._raw(read, stored, version)
+            except FormatError as exc:
+                out.append(exc)
+                continue
             a, b = resolve(read.rng, len(raw))
             out.append(GetResult(memoryview(raw)[a:b], ObjectMeta(read.key, len(raw), version)))
         return out
@@ -777,7 +796,8 @@ class ShardedAdapter(WrapperStore, IndexIO):
             return None
         read = ChunkRead(key, loc.shard_key, loc.chunk, None, None)
         if self.format.encoded:  # the raw size needs the data
-            [result] = await self._read_shard([read])
+            [outcome] = await self._read_shard([read])
+            result = _raised(outcome)
             return None if result is None else result.meta
         for _ in range(STALE_RETRIES + 1):
             try:
@@ -786,7 +806,8 @@ class ShardedAdapter(WrapperStore, IndexIO):
             except _Stale:
                 self._forget(loc.shard_key)
         else:
-            [result] = await self._read_whole(loc.shard_key, [read])
+            [outcome] = await self._read_whole(loc.shard_key, [read])
+            result = _raised(outcome)
             return None if result is None else result.meta
         entry = found.entries.get(loc.chunk)
         return None if entry is None else ObjectMeta(key, entry[1] - entry[0], found.version)
