@@ -50,3 +50,59 @@ def test_the_package_imports_no_test_tools() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the asyncshard modules it imports (at import time or lazily inside
+    functions; ``TYPE_CHECKING`` blocks excluded). ``from pkg import name`` is an edge to
+    the module ``pkg.name`` when it is one, else to ``pkg``."""
+    import ast
+
+    src = ROOT / "src"
+    modules = {}
+    for path in src.rglob("*.py"):
+        name = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("asyncshard"):
+                assert node.module is not None
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    graph[name].add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name in modules)
+        graph[name].discard(name)
+    return graph
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        stack.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycles.append([*stack[stack.index(dep) :], dep])
+            elif dep in graph and dep not in state:
+                visit(dep, stack)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)

@@ -10,7 +10,7 @@ import pytest
 from asyncshard.backends import open_store, supported_schemes
 from asyncshard.backends.cloud import CLOUD_MAX_GAP, CLOUD_MAX_REQUEST, CloudStore
 from asyncshard.backends.cloud.versions import decode_version, encode_version
-from asyncshard.backends.registry import CLOUD_SCHEMES
+from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,

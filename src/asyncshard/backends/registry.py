@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import UnknownSchemeError
 from asyncshard.store import Store
 
 Opener = Callable[[str, dict[str, Any]], Store]
 _OPENERS: dict[str, Opener] = {}
-
-#: The one table of cloud URL schemes: scheme -> the obstore backend it names. Both
-#: ``open_store`` and ``CloudStore`` read it, so they accept exactly the same URLs.
-CLOUD_SCHEMES: Mapping[str, str] = MappingProxyType(
-    {
-        "s3": "s3",
-        "s3a": "s3",
-        "gs": "gs",
-        "gcs": "gs",
-        "http": "http",
-        "https": "http",
-        "az": "az",
-        "azure": "az",
-        "abfs": "az",
-        "abfss": "az",
-        "adl": "az",
-    }
-)
-
 
 def register_scheme(scheme: str, opener: Opener) -> None:
     """Make ``open_store`` open ``scheme://...`` URLs with ``opener(url, options)``."""

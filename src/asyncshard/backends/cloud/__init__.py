@@ -1,7 +1,7 @@
 """CloudStore: one obstore-backed Store for ``s3://``, ``gs://``, ``http(s)://``, ``az://``.
 
 ``open_store("s3://bucket/prefix", **options)`` lands here (every scheme of
-``asyncshard.backends.registry.CLOUD_SCHEMES``: also ``s3a``, ``gcs``, ``azure``,
+``asyncshard.backends.schemes.CLOUD_SCHEMES``: also ``s3a``, ``gcs``, ``azure``,
 ``abfs[s]``, ``adl``). Credentials and endpoints follow obstore's conventions (``AWS_*``,
 ``GOOGLE_*``, ``AZURE_*`` environment variables) and can be passed as options; see
 docs/cloud.md for the full list.

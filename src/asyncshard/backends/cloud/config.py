@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 from obstore import exceptions as obs_errors
 from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
 
-from asyncshard.backends.registry import CLOUD_SCHEMES
+from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import StoreConfigError
 
 #: Default coalescing caps for cloud stores; docs/cloud.md records the measurement.

@@ -17,8 +17,8 @@ from typing import Any
 
 import obstore
 
-from asyncshard.backends.cloud import config as _config
-from asyncshard.backends.cloud import writes
+import asyncshard.backends.cloud.config as _config
+import asyncshard.backends.cloud.writes as writes
 from asyncshard.backends.cloud.errors import (
     OBSTORE_ERRORS,
     Failure,
