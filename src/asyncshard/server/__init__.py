@@ -1,6 +1,5 @@
 """The asyncshard server: any Store served over HTTP to web viewers (``asyncshard serve``)."""
 
 from asyncshard.server.app import DEFAULT_CACHE_CONTROL, PIECE_SIZE, make_app
-from asyncshard.views.unsharded import UnshardedView
 
-__all__ = ["DEFAULT_CACHE_CONTROL", "PIECE_SIZE", "UnshardedView", "make_app"]
+__all__ = ["DEFAULT_CACHE_CONTROL", "PIECE_SIZE", "make_app"]
