@@ -42,7 +42,7 @@ from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import unsharded_info
 from asyncshard.ranges import Range, coalesce
 from asyncshard.sharding.precomputed import Uint64ShardedStore, parse_chunk_key
-from asyncshard.sharding.volume import PrecomputedVolume, ShardedScale
+from asyncshard.sharding.volume import PrecomputedVolume, ShardedScale, scale_store
 from asyncshard.store import BytesLike, Store
 from asyncshard.views import UnshardedView
 
@@ -621,3 +621,35 @@ def test_vectorised_hashing_matches_scalar() -> None:
     shards, minishards = spec.shard_and_minishard(ids)
     for i, s, m in zip(ids.tolist(), shards.tolist(), minishards.tolist(), strict=True):
         assert spec.shard_and_minishard_of(i) == (s, m)
+
+
+async def test_every_chunk_of_a_volume_shard_costs_one_request_either_way() -> None:
+    """For a volume scale the chunks of each shard are known (every grid position that
+    hashes to it), so asking all of them reads the uncached shard whole (1 request
+    instead of 3), and writing all of them builds the shard without reading it."""
+    inner = await volume_store()
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=IndexCache())
+    scale = volume.scale("8_8_8")
+    named = scale_store(
+        inner, volume.info, scale.scale, path="data/vol", named=True, cache=IndexCache()
+    )
+    grid = scale.scale.grid_shape
+    names = [
+        scale.scale.chunk_name((x, y, z))
+        for x in range(grid[0])
+        for y in range(grid[1])
+        for z in range(grid[2])
+    ]
+    by_shard: dict[str, list[str]] = {}
+    for name in names:
+        by_shard.setdefault(scale.store.shard_key(scale.chunk_id(name)), []).append(name)
+    members = max(by_shard.values(), key=len)
+    assert len(by_shard) == 2 and len(members) > 1
+    inner.stats.reset()
+    await named.set_values({n: n.encode() for n in members})
+    assert (inner.stats.requests["get"], inner.stats.requests["put"]) == (0, 1)
+    named.cache.clear()
+    inner.stats.reset()
+    values = await named.get_partial_values([(n, None) for n in members])
+    assert [bytes(v or b"") for v in values] == [n.encode() for n in members]
+    assert inner.stats.requests["get"] == 1, "the uncached shard, read whole"

@@ -23,8 +23,9 @@ import asyncio
 import builtins
 import dataclasses
 import itertools
+import math
 import re
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -71,6 +72,9 @@ MAX_CHUNK_ID = 2**64 - 1
 _CHUNK_KEY = re.compile(r"0|[1-9][0-9]{0,19}")
 #: Batches at least this large are hashed with numpy; smaller ones with ``mmh3`` per id.
 _VECTOR_MIN = 16
+#: Largest volume scale grid whose chunks are counted per shard (for whole-shard reads
+#: and writes): hashing 4 million ids takes a fraction of a second, once per scale.
+MAX_COUNTED_CHUNKS = 1 << 22
 
 
 def parse_chunk_key(key: str) -> int | None:
@@ -148,6 +152,7 @@ class PrecomputedFormat(ShardFormat):
         self._prebuilt = dataclasses.replace(spec, data_encoding="raw")
         self._loads = itertools.count()
         self._shard_names: dict[int, str] = {}
+        self._per_shard: dict[int, int] | None = None
 
     # -- keys -------------------------------------------------------------------------
 
@@ -199,6 +204,29 @@ class PrecomputedFormat(ShardFormat):
         if rel is None or "/" in rel:
             return False
         return self.spec.parse_shard_filename(rel) is not None
+
+    def is_whole(self, shard_key: str, chunks: Collection[Chunk]) -> bool:
+        """With a volume scale, whether ``chunks`` are every chunk id of the scale that
+        hashes to this shard (counted once per scale by hashing every grid position;
+        grids over :data:`MAX_COUNTED_CHUNKS` chunks are not counted: never whole)."""
+        counts = self._shard_counts()
+        if counts is None:
+            return False
+        expected = counts.get(self._shard_number(shard_key), 0)
+        return expected > 0 and len(chunks) >= expected
+
+    def _shard_counts(self) -> dict[int, int] | None:
+        if self.names is None:
+            return None
+        if self._per_shard is None:
+            grid = self.names.grid_shape
+            if math.prod(grid) > MAX_COUNTED_CHUNKS:
+                return None
+            positions = np.indices(grid).reshape(3, -1).T
+            shards, _ = self.spec.shard_and_minishard(self.names.chunk_ids(positions))
+            numbers, counts = np.unique(shards, return_counts=True)
+            self._per_shard = dict(zip(numbers.tolist(), counts.tolist(), strict=True))
+        return self._per_shard
 
     def _shard_number(self, shard_key: str) -> int:
         return self.spec.parse_shard_filename(shard_key[len(self.base) :]) or 0
