@@ -475,6 +475,9 @@ class _Server:
             start, end = spans[0]
             if status == 206:
                 headers["Content-Range"] = content_range(start, end, size)
+            whole = self._whole_body(piece, start, end)
+            if whole is not None:  # small and read already: headers and body in one write
+                return web.Response(status=status, headers=headers, body=whole)
             response = web.StreamResponse(status=status, headers=headers)
             response.content_length = end - start
             await response.prepare(request)
@@ -484,6 +487,20 @@ class _Server:
             out = await self._multipart(request, key, meta, spans, headers)
         await out.write(None)
         return out.response
+
+    @staticmethod
+    def _whole_body(piece: _Piece | None, start: int, end: int) -> memoryview | None:
+        """The body ``[start, end)`` when the read-ahead piece holds all of it and it is
+        no larger than :data:`WRITE_SLICE` (what a stalled client may keep buffered); the
+        piece's reservation is released then (the transport owns the bytes)."""
+        if piece is None or piece.data is None or end - start > WRITE_SLICE:
+            return None
+        if not piece.at <= start <= end <= piece.at + len(piece.data):
+            return None
+        body = piece.data[start - piece.at : end - piece.at]
+        piece.data = None
+        piece.reservation.release()
+        return body
 
     def _out(self, request: web.Request, response: web.StreamResponse) -> _Out:
         return _Out(response, request.transport, self.stalls)
