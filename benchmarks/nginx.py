@@ -106,6 +106,12 @@ class Nginx:
         log = self._prefix / "error.log"
         raise RuntimeError("nginx did not start: " + (log.read_text() if log.exists() else ""))
 
+    @property
+    def pid(self) -> int:
+        """The nginx master's process id (its workers are its children)."""
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     def requests(self) -> int:
         """Requests answered so far (lines of the access log; nginx writes them at once)."""
         log = self._prefix / "access.log"

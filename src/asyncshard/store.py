@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import inspect
 import random
 import weakref
 from abc import ABC, abstractmethod
@@ -319,8 +320,15 @@ class Store(ABC):
         self.stats.requests[kind] += n
 
     async def _bounded(self, awaitable: Awaitable[T]) -> T:
-        async with self._limit():
-            return await awaitable
+        """``awaitable`` run under the concurrency bound. Cancelled while waiting for a
+        place, it is closed unstarted (no "coroutine was never awaited" warning)."""
+        try:
+            async with self._limit():
+                return await awaitable
+        except BaseException:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()  # a no-op once it ran
+            raise
 
     async def _fetch(
         self, key: str, byte_range: ByteRange | None, if_match: str | None

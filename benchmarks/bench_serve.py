@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""Requests per second of HTTP servers for viewers, measured with wrk, in one run.
+
+One dataset, written by tensorstore: a 512x512x256 uint8 Zarr v3 array with 32^3 chunks,
+once flat (``flat/``: 2,048 chunk files) and once sharded (``arr/``: 128 shards). Served:
+
+* **nginx** over the flat files (the ceiling of a static server);
+* **asyncshard serve** over the flat files;
+* **asyncshard serve --unshard** over the shards (inner chunks read out of the shards);
+
+each asyncshard server with ``--workers`` 1 and 2. ``wrk`` keeps ``--connections``
+connections busy with GETs of random chunk URLs. Printed per server, median of
+``--rounds`` interleaved rounds: requests/s, the server's CPU time per request (all its
+processes; robust when other work shares the machine) and the ratio of requests/s to
+one asyncshard worker on the same data. Every answer must be a 200.
+
+wrk shares the machine with the server: on 2 cores, two workers compete with the load
+generator, so ``--workers 2`` gains less than on a machine with a core to spare. wrk
+and nginx are Debian packages, apt-installed when missing and possible (as root);
+otherwise the script says what to install.
+
+    python benchmarks/bench_serve.py [--seconds 8] [--rounds 3] [--workers 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import psutil
+import tensorstore as ts
+
+sys.path.insert(0, str(Path(__file__).parent))
+from nginx import Nginx
+
+SERVE = [sys.executable, "-c", "from asyncshard.server.command import main; main()"]
+SHAPE, CHUNK, SHARD = (512, 512, 256), 32, (128, 64, 64)
+GRID = tuple(s // CHUNK for s in SHAPE)
+LUA = """
+local paths = {%s}
+local threads = 0
+function setup(thread)
+  thread:set("id", threads)
+  threads = threads + 1
+end
+function init(args)
+  math.randomseed(7919 * id + 1)
+end
+request = function()
+  return wrk.format("GET", paths[math.random(#paths)])
+end
+"""
+
+
+def ensure_wrk() -> str:
+    """The path of ``wrk``; installed with apt-get if missing and possible."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        print("wrk is missing: apt-get install -y wrk", flush=True)
+        install = ["apt-get", "install", "-y", "-q", "wrk"]
+        if subprocess.run(install, stdout=subprocess.DEVNULL).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], stdout=subprocess.DEVNULL, check=True)
+            subprocess.run(install, stdout=subprocess.DEVNULL, check=True)
+        found = shutil.which("wrk")
+    if not found:
+        sys.exit("this benchmark needs wrk: install the Debian package 'wrk' (apt-get install wrk)")
+    return found
+
+
+def write_dataset(root: Path) -> None:
+    data = np.random.default_rng(0).integers(0, 255, SHAPE, dtype=np.uint8)
+    sharding = {
+        "name": "sharding_indexed",
+        "configuration": {
+            "chunk_shape": [CHUNK] * 3,
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [
+                {"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "crc32c"},
+            ],
+        },
+    }
+    for name, grid, codecs in (
+        ("arr", list(SHARD), [sharding]),
+        ("flat", [CHUNK] * 3, [{"name": "bytes"}]),
+    ):
+        spec = {
+            "driver": "zarr3",
+            "kvstore": {"driver": "file", "path": f"{root}/{name}/"},
+            "metadata": {
+                "shape": list(SHAPE),
+                "data_type": "uint8",
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": grid}},
+                "codecs": codecs,
+            },
+            "create": True,
+        }
+        ts.open(spec).result()[...] = data
+
+
+def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
+    rng = random.Random(5)
+    x, y, z = GRID
+    paths = [
+        f'"/{array}/c/{rng.randrange(x)}/{rng.randrange(y)}/{rng.randrange(z)}"'
+        for _ in range(n)
+    ]
+    script = folder / f"{array}.lua"
+    script.write_text(LUA % ", ".join(paths))
+    return script
+
+
+@contextmanager
+def asyncshard_serving(root: Path, workers: int, unshard: bool) -> Iterator[tuple[str, int]]:
+    """``asyncshard serve`` on a free port; yields its base URL and the parent's pid."""
+    args = [*SERVE, str(root), "--port", "0", "--quiet", "--workers", str(workers)]
+    if unshard:
+        args.append("--unshard")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"at (http://\S+?)/? ", line)
+        if match is None:
+            raise RuntimeError(f"the server did not start: {line!r}")
+        yield match.group(1), proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its children."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def run_wrk(
+    wrk: str, url: str, script: Path, seconds: float, connections: int, pid: int
+) -> tuple[float, float]:
+    """One wrk run: requests/s and the server's CPU microseconds per request."""
+    command = [wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), url]
+    before = tree_cpu(pid)
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    cpu = tree_cpu(pid) - before
+    for bad in ("Non-2xx or 3xx responses", "Socket errors"):
+        if bad in out:
+            raise RuntimeError(f"wrk reported failures:\n{out}")
+    rate = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    if rate is None or total is None:
+        raise RuntimeError(f"unexpected wrk output:\n{out}")
+    return float(rate.group(1)), 1e6 * cpu / int(total.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    wrk = ensure_wrk()
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        root = Path(tmp) / "data"
+        write_dataset(root)
+        flat, sharded = lua_script(Path(tmp), "flat"), lua_script(Path(tmp), "arr")
+        cases: list[tuple[str, str, int | None, bool]] = [
+            ("nginx, flat files", "flat", None, False)
+        ]
+        for workers in args.workers:
+            cases.append((f"asyncshard serve, flat, --workers {workers}", "flat", workers, False))
+            cases.append((f"asyncshard serve --unshard, --workers {workers}", "arr", workers, True))
+        results: dict[str, list[tuple[float, float]]] = {}
+        for _ in range(args.rounds):
+            for label, array, workers, unshard in cases:
+                script = flat if array == "flat" else sharded
+                if workers is None:
+                    with Nginx(root) as server:
+                        measured = run_wrk_nginx(wrk, server, script, args)
+                else:
+                    with asyncshard_serving(root, workers, unshard) as (url, pid):
+                        run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
+                        measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
+                results.setdefault(label, []).append(measured)
+        load = os.getloadavg()[0]
+        print(
+            f"{SHAPE} uint8, {CHUNK}^3 chunks (32 KiB), wrk {args.connections} connections, "
+            f"{args.seconds:g} s, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
+            f"load {load:.1f}"
+        )
+        print(f"{'server':44} {'req/s':>8} {'CPU-us/req':>11} {'x 1 worker':>10}")
+        medians = {
+            label: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
+            for label, runs in results.items()
+        }
+        for label, (rate, cpu) in medians.items():
+            base_label = label.replace("--workers 2", "--workers 1")
+            if label.startswith("nginx"):
+                base_label = "asyncshard serve, flat, --workers 1"
+            base = medians.get(base_label, (rate, cpu))[0]
+            print(f"{label:44} {rate:8.0f} {cpu:11.0f} {rate / base:10.2f}")
+
+
+def run_wrk_nginx(
+    wrk: str, server: Nginx, script: Path, args: argparse.Namespace
+) -> tuple[float, float]:
+    run_wrk(wrk, server.url, script, 1, args.connections, server.pid)
+    return run_wrk(wrk, server.url, script, args.seconds, args.connections, server.pid)
+
+
+if __name__ == "__main__":
+    main()
