@@ -470,6 +470,25 @@ class ShardedAdapter(WrapperStore, IndexIO):
             ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
         )
 
+    async def get_located(
+        self,
+        key: str,
+        loc: Location,
+        byte_range: ByteRange | None = None,
+        *,
+        if_match: str | None = None,
+    ) -> GetResult | None:
+        """:meth:`get_object` of a chunk key whose :class:`Location` the caller already
+        has (from ``format.locate(key)``, e.g. a view that routed it): no second parse."""
+        self.stats.requests["get"] += 1
+        result: GetResult | None = None
+        if loc.inside:
+            read = ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
+            result = await self._read_one(read)
+        if result is not None:
+            self.stats.bytes_returned += len(result.data)
+        return result
+
     async def _read_one(self, read: ChunkRead) -> GetResult | None:
         """One chunk read: the lean path when it applies, else a batch with the reads of
         the same tick (a read with a caller's condition runs alone: it may fail)."""

@@ -63,6 +63,8 @@ class ZarrFormat(ShardFormat):
         self.write_order = write_order
         enc = layout.key_encoding
         self._chunk_root = enc.prefix + ("c" if enc.kind != "v2" else "")
+        self._cps = layout.chunks_per_shard
+        self._grid = layout.chunk_grid_shape
 
     # -- keys -------------------------------------------------------------------------
 
@@ -71,8 +73,10 @@ class ZarrFormat(ShardFormat):
         coords = layout.parse_chunk_key(key)
         if coords is None:
             return None
-        shard, position = layout.shard_of(coords)
-        return Location(layout.key_encoding.encode(shard), position, layout.chunk_in_bounds(coords))
+        shard = tuple(c // n for c, n in zip(coords, self._cps, strict=True))
+        position = tuple(c % n for c, n in zip(coords, self._cps, strict=True))
+        inside = all(c < g for c, g in zip(coords, self._grid, strict=True))
+        return Location(layout.key_encoding.encode(shard), position, inside)
 
     def is_shard(self, inner_key: str) -> bool:
         shard = self.layout.parse_shard_key(inner_key)

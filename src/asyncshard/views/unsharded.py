@@ -52,7 +52,7 @@ from cachetools import LRUCache
 from asyncshard.cache import IndexCache
 from asyncshard.errors import AsyncShardError, ConflictError, InvalidKeyError, ReadOnlyError
 from asyncshard.ranges import ByteRange, resolve
-from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, Location
 from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
 from asyncshard.views.datasets import OPENERS, Dataset, Options, Scope, is_dataset_document
 from asyncshard.wrapper import WrapperStore, with_key
@@ -224,22 +224,26 @@ class UnshardedView(WrapperStore):
                 return None  # inside an unsharded array or volume: nothing to rewrite
         return None
 
-    def _scope_of(self, dataset: Dataset, key: str) -> tuple[Scope, str] | object | None:
-        """``(scope, store key)`` of a chunk key, ``_HIDDEN`` for a shard file, else ``None``."""
+    def _scope_of(
+        self, dataset: Dataset, key: str
+    ) -> tuple[Scope, str, Location] | object | None:
+        """``(scope, store key, location)`` of a chunk key, ``_HIDDEN`` for a shard file,
+        else ``None``."""
         with _parsing(key):
             for scope in dataset.scopes:
                 rel = scope.key(key)
                 if rel is None:
                     continue
                 fmt = scope.store.format
-                if fmt.locate(rel) is not None:
-                    return scope, rel
+                loc = fmt.locate(rel)
+                if loc is not None:
+                    return scope, rel, loc
                 if fmt.is_shard(fmt.inner_key(rel)):
                     return _HIDDEN
         return None
 
     async def _route(self, key: str) -> Any:
-        """What serves ``key``: the node (its metadata), ``(scope, store key)``,
+        """What serves ``key``: the node (its metadata), ``(scope, store key, location)``,
         ``_HIDDEN``, or ``None`` to pass through."""
         node = await self._find(key)
         if node is None or node.dataset is None:
@@ -267,8 +271,8 @@ class UnshardedView(WrapperStore):
             start, end = resolve(byte_range, len(document))
             meta = ObjectMeta(key, len(document), virtual_version(target.version))
             return GetResult(memoryview(document)[start:end], meta)
-        scope, rel = target
-        result = await scope.store.get_object(rel, byte_range, if_match=version)
+        scope, rel, loc = target
+        result = await scope.store.get_located(rel, loc, byte_range, if_match=version)
         if result is None:
             return None
         return with_key(GetResult(result.data, _virtual(result.meta)), key)
@@ -283,7 +287,7 @@ class UnshardedView(WrapperStore):
             assert target.dataset is not None
             size = len(target.dataset.document)
             return ObjectMeta(key, size, virtual_version(target.version))
-        scope, rel = target
+        scope, rel, _ = target
         meta = await scope.store.head(rel)
         return None if meta is None else _virtual(ObjectMeta(key, meta.size, meta.version))
 

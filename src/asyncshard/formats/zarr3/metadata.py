@@ -49,7 +49,6 @@ _DRAFT_NAME_FIELDS = ("name", "type", "storage_transformer", "extension")
 _SHARDING = "sharding_indexed"
 # Canonical non-negative decimals small enough to be real coordinates (< 10**20); longer
 # digit strings are "not a chunk key" rather than a huge int (or a ValueError past 4300).
-_UINT_RE = re.compile(r"0|[1-9][0-9]{0,19}")
 #: More inner chunks per shard than this is refused: its index alone would be 256 MiB.
 MAX_CHUNKS_PER_SHARD = 2**24
 
@@ -96,29 +95,25 @@ class ChunkKeyEncoding:
         Strict: exactly ``ndim`` canonical non-negative decimal integers (no sign, spaces,
         leading zeros or non-ASCII digits), so ``encode(decode(key)) == key``.
         """
-        if not key.startswith(self.prefix):
-            return None
-        body = key[len(self.prefix) :]
-        rest = self._strip_marker(body, ndim)
-        if rest is None:
-            return None
-        if ndim == 0:
-            return () if rest == "" else None
-        parts = rest.split(self.separator)
-        if len(parts) != ndim or not all(_UINT_RE.fullmatch(p) for p in parts):
-            return None
-        return tuple(int(p) for p in parts)
+        match = _key_pattern(self.kind, self.separator, self.prefix, ndim).fullmatch(key)
+        return None if match is None else tuple(map(int, match.groups()))
 
-    def _strip_marker(self, body: str, ndim: int) -> str | None:
-        """``body`` without the leading ``c`` marker, or ``None`` if it does not fit."""
-        if self.kind == "v2":
-            if ndim == 0:
-                return "" if body == "0" else None
-            return body
-        if self.kind == "draft" or ndim == 0:
-            return body[1:] if body.startswith("c") else None
-        marker = "c" + self.separator
-        return body[len(marker) :] if body.startswith(marker) else None
+
+@functools.lru_cache(maxsize=256)
+def _key_pattern(kind: KeyKind, separator: Separator, prefix: str, ndim: int) -> re.Pattern[str]:
+    """One regular expression for the keys of an encoding: a single match per key."""
+    number = r"(0|[1-9][0-9]{0,19})"  # canonical ASCII decimals, at most 20 digits
+    sep = re.escape(separator)
+    numbers = sep.join([number] * ndim)
+    if ndim == 0:
+        body = "0" if kind == "v2" else "c"
+    elif kind == "default":
+        body = "c" + sep + numbers
+    elif kind == "v2":
+        body = numbers
+    else:
+        body = "c" + numbers
+    return re.compile(re.escape(prefix) + body)
 
 
 @dataclass(frozen=True)
