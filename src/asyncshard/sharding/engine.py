@@ -617,6 +617,10 @@ class ShardedAdapter(WrapperStore, IndexIO):
         read whole after :data:`STALE_RETRIES` retries (one consistent snapshot).
         """
         shard_key = reads[0].shard_key
+        if len(reads) == 1 and reads[0].if_match is None:  # a batch of one: lean if warm
+            direct = await self._read_warm(reads[0])
+            if not isinstance(direct, Miss):
+                return [direct]
         for _ in range(STALE_RETRIES + 1):
             try:
                 return await self._read_shard_once(shard_key, reads)
