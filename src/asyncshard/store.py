@@ -59,6 +59,7 @@ __all__ = [
     "check_condition",
     "dir_prefix",
     "retry_on_conflict",
+    "split_dir",
     "validate_key",
     "validate_prefix",
 ]
@@ -99,6 +100,23 @@ def dir_prefix(prefix: str) -> str:
     """Normalise a ``list_dir`` argument to ``""`` or a prefix ending in ``/``."""
     prefix = validate_prefix(prefix)
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def split_dir(
+    prefix: str, keys: Iterable[str], prefixes: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
+    """``(keys, child prefixes)`` directly in the folder ``prefix`` (``""`` or ending in
+    ``/``) from keys below it: deeper keys become their child prefix. ``prefixes`` are
+    child prefixes known already. Both sorted, without duplicates."""
+    direct: set[str] = set()
+    children = set(prefixes)
+    for key in keys:
+        head, sep, _ = key[len(prefix) :].partition("/")
+        if sep:
+            children.add(prefix + head + "/")
+        else:
+            direct.add(key)
+    return sorted(direct), sorted(children)
 
 
 def apply_runs(current: BytesLike | None, runs: Iterable[tuple[int, BytesLike]]) -> bytearray:
@@ -271,16 +289,7 @@ class Store(ABC):
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
         """Keys and child prefixes directly below the directory ``prefix``."""
-        keys: set[str] = set()
-        prefixes: set[str] = set()
-        async for key in self._list(prefix):
-            rest = key[len(prefix) :]
-            head, sep, _ = rest.partition("/")
-            if sep:
-                prefixes.add(prefix + head + "/")
-            else:
-                keys.add(key)
-        return sorted(keys), sorted(prefixes)
+        return split_dir(prefix, [key async for key in self._list(prefix)])
 
     async def _close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release backend resources."""

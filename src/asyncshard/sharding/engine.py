@@ -61,6 +61,7 @@ from asyncshard.store import (
     ObjectMeta,
     apply_runs,
     check_condition,
+    split_dir,
     validate_key,
     validate_prefix,
 )
@@ -1121,16 +1122,8 @@ class ShardedAdapter(WrapperStore, IndexIO):
             if key is not None and not fmt.shadows(key)
         ]
         chunk_keys = await self._expand(shards)
-        found: set[str] = set()
-        child_prefixes = {p for p in (fmt.outer_key(q) for q in prefixes) if p is not None}
-        for key in chunk_keys:
-            rest = key[len(prefix):]
-            head, sep, _ = rest.partition("/")
-            if sep:
-                child_prefixes.add(prefix + head + "/")
-            else:
-                found.add(key)
-        return sorted(set(plain) | found), sorted(child_prefixes)
+        child_prefixes = (p for p in map(fmt.outer_key, prefixes) if p is not None)
+        return split_dir(prefix, [*plain, *chunk_keys], child_prefixes)
 
 
 class _NoCurrent(Current):
