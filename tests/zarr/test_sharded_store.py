@@ -357,3 +357,17 @@ async def test_absurd_numbers_are_not_chunk_keys_and_huge_shards_are_refused() -
     assert await store.get("arr/c/" + "9" * 5000 + "/0") is None  # passes through: missing
     with pytest.raises(InvalidMetadataError, match="chunks_per_shard"):
         await sharded(MemoryStore(), array_doc([2**20, 2**20], [2**20, 2**20], [64, 64]))
+
+
+async def test_erasing_the_chunk_prefix_keeps_everything_else() -> None:
+    """``erase_prefix("arr/c")`` holds every chunk: it deletes the shards directly, and
+    only what starts with that string (the metadata and other objects stay)."""
+    inner = MemoryStore()
+    store = await sharded(inner, DOC)
+    await store.set_values(all_chunks())
+    await inner.set("arr/attributes.txt", b"kept")
+    await inner.set("arr/cx", b"starts with arr/c: erased like the chunks")
+    await store.erase_prefix("arr/c")
+    remaining = sorted([k async for k in inner.list()])
+    assert remaining == ["arr/attributes.txt", "arr/zarr.json"]
+    assert await store.get("arr/c/0/0") is None

@@ -1061,7 +1061,9 @@ class ShardedAdapter(WrapperStore, IndexIO):
         the shards directly (no index reads)."""
         prefix = validate_prefix(prefix)
         if self.format.holds_every_chunk(prefix):
-            await self.inner.erase_prefix(self.format.list_source(prefix))
+            # the same string prefix in the wrapped store: every shard, and nothing else
+            # that does not start with it (list_source may be wider: never used here)
+            await self.inner.erase_prefix(self.format.inner_key(prefix))
             self.cache.invalidate_namespace(self._ns)
             return
         await self.erase_values([k async for k in self.list_prefix(prefix)])
