@@ -51,6 +51,7 @@ from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.sharding.precomputed import Uint64ShardedStore
 from asyncshard.store import Store
+from benchmarks.common import aws_profile
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server, start_moto
 
@@ -185,11 +186,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             creds = Path(tmp)
-            (creds / "credentials").write_text(
-                f"[default]\naws_access_key_id = {server.access_key}\n"
-                f"aws_secret_access_key = {server.secret_key}\n"
-            )
-            (creds / "config").write_text(f"[default]\nregion = {server.region}\n")
+            aws_profile(creds, server.access_key, server.secret_key, server.region)
             prefix = "bench"
             url = f"s3://{server.bucket}/{prefix}"
             setup = open_store(url, **s3_options(server, server.endpoint))

@@ -39,6 +39,10 @@ from pathlib import Path
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for benchmarks.common
+
+from benchmarks.common import free_port, nginx_conf
+
 STATIC_SERVER = """
 import sys
 from aiohttp import web
@@ -52,29 +56,6 @@ from asyncshard.server.command import main
 sys.argv = ["asyncshard serve", sys.argv[1], "--port", sys.argv[2], "--quiet"]
 main()
 """
-NGINX_CONF = """
-daemon off;
-worker_processes 1;
-error_log stderr error;
-pid {tmp}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};
-    uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
-    sendfile on;
-    server {{ listen 127.0.0.1:{port}; root {root}; }}
-}}
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -95,7 +76,7 @@ def server(kind: str, root: Path) -> Iterator[str]:
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
     if kind == "nginx":
         conf = tmp / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=root))
+        conf.write_text(nginx_conf(tmp, port, root))
         args = ["nginx", "-c", str(conf), "-p", str(tmp)]
     else:
         code = ASYNCSHARD_SERVER if kind == "asyncshard" else STATIC_SERVER

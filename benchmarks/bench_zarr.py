@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -27,9 +28,12 @@ import zarr
 import zarr.api.asynchronous
 import zarr.storage
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for benchmarks.common
+
 from asyncshard.backends import open_store
 from asyncshard.cache import IndexCache
 from asyncshard.sharding.zarr import ZarrShardedStore
+from benchmarks.common import bounded
 
 SHAPE, SHARD, CHUNK = (256, 256, 128), (128, 128, 128), (32, 32, 32)
 
@@ -86,16 +90,6 @@ def picks(n: int) -> list[tuple[int, ...]]:
 
 def window(coords: tuple[int, ...]) -> tuple[slice, ...]:
     return tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, CHUNK, strict=True))
-
-
-async def bounded(limit: int, jobs: list[Callable[[], Awaitable[Any]]]) -> None:
-    sem = asyncio.Semaphore(limit)
-
-    async def run(job: Callable[[], Awaitable[Any]]) -> None:
-        async with sem:
-            await job()
-
-    await asyncio.gather(*(run(j) for j in jobs))
 
 
 async def asyncshard_client(base: str, chunks: list[tuple[int, ...]], limit: int) -> Any:

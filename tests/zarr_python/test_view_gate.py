@@ -79,7 +79,7 @@ async def test_writes_arriving_during_a_shard_write_wait_for_it() -> None:
 
 
 async def test_a_cancelled_waiting_write_writes_nothing() -> None:
-    inner, view = await _view(window=0.05)
+    _, view = await _view(window=0.05)
     doomed = asyncio.ensure_future(view.set("a/c/0", b"\x07\x07"))
     kept = asyncio.ensure_future(view.set("a/c/1", b"\x01\x01"))
     await asyncio.sleep(0)

@@ -79,7 +79,7 @@ from asyncshard.errors import (
 )
 from asyncshard.fanout import settle
 from asyncshard.ranges import ByteRange, resolve
-from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, Location
 from asyncshard.store import (
     BytesLike,
     GetResult,
@@ -158,17 +158,12 @@ def _parsing(key: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class _Chunk:
-    """A chunk key of a dataset: its scope (sharded store) and its key there."""
+    """A chunk key of a dataset: its scope (sharded store), its key and location there."""
 
     scope: Scope
     rel: str
     node: Node
-
-    @property
-    def inside(self) -> bool:
-        """Whether the chunk lies inside the dataset as the node knows it."""
-        loc = self.scope.store.format.locate(self.rel)
-        return loc is None or loc.inside
+    loc: Location
 
 
 class _Hidden:
@@ -278,8 +273,9 @@ class UnshardedView(WrapperStore):
                 if rel is None:
                     continue
                 fmt = scope.store.format
-                if fmt.locate(rel) is not None:
-                    return _Chunk(scope, rel, node)
+                loc = fmt.locate(rel)
+                if loc is not None:
+                    return _Chunk(scope, rel, node, loc)
                 if fmt.is_shard(fmt.inner_key(rel)):
                     return _HIDDEN
         return None
@@ -303,7 +299,7 @@ class UnshardedView(WrapperStore):
         if folder is not None:
             await self.folders.node(folder, fresh=True)
         target = await self._route(key)
-        if isinstance(target, _Chunk) and not target.inside:
+        if isinstance(target, _Chunk) and not target.loc.inside:
             assert target.node.dataset is not None
             await self.folders.node(target.node.dataset.folder, fresh=True)
             target = await self._route(key)
@@ -451,8 +447,8 @@ class UnshardedView(WrapperStore):
     ) -> T:
         """``op()`` (a write of the chunk ``target``) through the write gate, grouped by
         shard; ``whole``: the write may count towards writing the whole shard."""
-        loc = target.scope.store.format.locate(target.rel)
-        if self._gate is None or loc is None or not loc.inside:
+        loc = target.loc
+        if self._gate is None or not loc.inside:
             return await op()
         fmt, shard_key = target.scope.store.format, loc.shard_key
 

@@ -140,7 +140,7 @@ class ZarrStore(ZarrABCStore):
 
     # -- sharded arrays -------------------------------------------------------------------
 
-    def create_sharded_array(self, name: str, *, shards: Any, **kwargs: Any) -> zarr.Array:
+    def create_sharded_array(self, name: str, *, shards: Any, **kwargs: Any) -> zarr.Array[Any]:
         """Create a sharded array: ``zarr.create_array(store, name=name, shards=shards,
         **kwargs)`` written through the wrapped store, keys unchanged, then opened
         through this store (in inner-chunk mode it appears unsharded: its chunks are the
