@@ -55,7 +55,7 @@ def test_concurrent_workers_lose_nothing(client: Any, place: tuple[str, dict[str
     view = ZarrStore(url, mode="inner-chunks", **options)  # pickles as its URL
     target = zarr.open_array(view, path="arr", mode="r+")
     x = da.arange(np.prod(SHAPE), dtype="int32").reshape(SHAPE).rechunk(DASK_CHUNKS)
-    da.store(x, target, lock=False)  # on the cluster: the client is the default scheduler
+    da.to_zarr(x, target)  # on the cluster (the client is the default scheduler), no lock
     written = zarr.open_array(ZarrStore(url, **options), path="arr", mode="r")
     assert written.shards == SHARD
     lost = int((written[...] != np.arange(np.prod(SHAPE)).reshape(SHAPE)).sum())

@@ -39,7 +39,7 @@ def test_xarray_through_the_inner_chunk_view(zarr_store: ZarrStore) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
         ds.to_zarr(zarr_store, encoding={"t": {"chunks": (8, 8), "shards": (32, 24)}})
-        view = ZarrStore(zarr_store.inner, mode="inner-chunks")
+        view = zarr_store.with_mode("inner-chunks")  # pickles as its URL: any dask scheduler
         back = xr.open_zarr(view)  # the consolidated metadata shows the array unsharded
         assert back["t"].encoding["chunks"] == (8, 8) and back["t"].encoding.get("shards") is None
         xr.testing.assert_identical(back.load(), ds)
@@ -52,3 +52,7 @@ def test_xarray_through_the_inner_chunk_view(zarr_store: ZarrStore) -> None:
         plain = xr.open_zarr(zarr_store)
         assert plain["t"].encoding["shards"] == (32, 24)
         xr.testing.assert_identical(plain.load(), both)
+        # new variables written through the view are created as xarray asks (unsharded)
+        _dataset(8).to_zarr(view, group="fresh")
+        assert zarr.open_array(zarr_store, path="fresh/t").shards is None
+        xr.testing.assert_identical(xr.open_zarr(zarr_store, group="fresh").load(), _dataset(8))

@@ -78,7 +78,7 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.fanout import settle
-from asyncshard.ranges import ByteRange, resolve
+from asyncshard.ranges import ByteRange, Range, resolve
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, Location
 from asyncshard.store import (
     BytesLike,
@@ -113,6 +113,8 @@ __all__ = [
 VERSION_PREFIX = "unshard:"
 #: Name of the documents that may be groups with consolidated metadata.
 GROUP_DOCUMENT = "zarr.json"
+#: Group documents larger than this are served as they are (never read whole to rewrite).
+MAX_GROUP_DOCUMENT = 16 * 1024 * 1024
 DEFAULT_METADATA_TTL = 60.0
 DEFAULT_MAX_FOLDERS = 16384
 #: Folders above a key searched for its dataset: 32 dimensions + 2 (see the module doc).
@@ -338,9 +340,14 @@ class UnshardedView(WrapperStore):
         sharded arrays is presented with them unsharded (and a virtual version)."""
         virtual = if_match is not None and if_match.startswith(VERSION_PREFIX)
         version = _inner_version(key, if_match) if virtual else if_match
-        result = await self.inner.get_object(key, None, if_match=version)
+        head = Range(0, MAX_GROUP_DOCUMENT + 1)
+        result = await self.inner.get_object(key, head, if_match=version)
         if result is None:
             return None
+        if len(result.data) > MAX_GROUP_DOCUMENT:  # too large to rewrite: served as it is
+            if virtual:
+                raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
+            return await super()._get(key, byte_range, if_match)
         document = present_group(bytes(result.data))
         meta = result.meta
         if document is None:
@@ -490,6 +497,8 @@ class UnshardedView(WrapperStore):
             self._refuse_sharded_creation(key, folder, bytes(data))
             if _is_group_document(key):
                 data = await self._map_back_group(key, folder, bytes(data))
+                if if_match is not None and if_match.startswith(VERSION_PREFIX):
+                    if_match = _inner_version(key, if_match)  # as read: presented rewritten
         return await super()._put(key, data, if_match, if_absent)
 
     async def _map_back_group(self, key: str, folder: str, data: bytes) -> bytes:

@@ -138,6 +138,13 @@ class ZarrStore(ZarrABCStore):
         clone._is_open = False
         return clone
 
+    def with_mode(self, mode: Mode) -> ZarrStore:
+        """A ZarrStore in ``mode`` over the same asyncshard Store (opened from the same
+        URL, it pickles as that URL in ``mode``)."""
+        clone = ZarrStore(self.inner, mode=mode, read_only=True if self.read_only else None)
+        clone._url, clone._options = self._url, dict(self._options)
+        return clone
+
     # -- sharded arrays -------------------------------------------------------------------
 
     def create_sharded_array(self, name: str, *, shards: Any, **kwargs: Any) -> zarr.Array[Any]:
