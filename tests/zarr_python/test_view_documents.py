@@ -13,15 +13,9 @@ from asyncshard.errors import ConflictError, InvalidMetadataError
 from asyncshard.formats.zarr3.metadata import unsharded_metadata
 from asyncshard.views import UnshardedView
 from asyncshard.views import unsharded as unsharded_module
+from tests.zarr_python.helpers import sharded_doc
 
-ARRAY: dict[str, Any] = {
-    "zarr_format": 3, "node_type": "array", "shape": [16], "data_type": "uint8",
-    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8]}},
-    "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
-    "codecs": [{"name": "sharding_indexed", "configuration": {
-        "chunk_shape": [2], "codecs": [{"name": "bytes"}],
-        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}],
-}
+ARRAY: dict[str, Any] = sharded_doc()
 PLAIN: dict[str, Any] = {**unsharded_metadata(ARRAY), "shape": [4]}
 
 

@@ -12,16 +12,10 @@ import pytest
 
 from asyncshard.backends import MemoryStore
 from asyncshard.views import UnshardedView
+from tests.zarr_python.helpers import sharded_doc
 
 #: 1-d uint8 array of 16 elements: shards of 8 = 4 inner chunks of 2 (2 shards).
-ARRAY = {
-    "zarr_format": 3, "node_type": "array", "shape": [16], "data_type": "uint8",
-    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8]}},
-    "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
-    "codecs": [{"name": "sharding_indexed", "configuration": {
-        "chunk_shape": [2], "codecs": [{"name": "bytes"}],
-        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}],
-}
+ARRAY = sharded_doc()
 
 
 async def _view(
