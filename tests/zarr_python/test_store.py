@@ -124,6 +124,9 @@ async def test_url_stores_pickle_equal_and_share_data(tmp_path: Path) -> None:
     assert ZarrStore("memory://") != ZarrStore("memory://")  # two separate memory stores
     reader = store.with_read_only(True)
     assert reader.inner is store.inner and reader != store and reader.read_only
+    view = store.with_mode("inner-chunks")
+    assert view.inner is store.inner and view.mode == "inner-chunks" and view != store
+    assert pickle.loads(pickle.dumps(view)) == view
 
 
 def test_importing_asyncshard_does_not_import_zarr() -> None:

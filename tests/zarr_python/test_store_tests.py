@@ -1,5 +1,6 @@
 """zarr-python's own store conformance suite (``zarr.testing.store.StoreTests``) run
-against ZarrStore in pass-through mode on memory, local files and S3 (moto).
+against ZarrStore in both modes (pass-through and inner-chunks) on memory, local files
+and S3 (moto).
 
 Deviations, each justified where it is made:
 
@@ -31,6 +32,7 @@ class _AsyncshardStoreTests(StoreTests[ZarrStore, cpu.Buffer]):
 
     store_cls = ZarrStore
     buffer_cls = cpu.Buffer
+    mode = "pass-through"
 
     async def set(self, store: ZarrStore, key: str, value: Buffer) -> None:
         await store.inner.set(key, value.to_bytes())
@@ -41,7 +43,7 @@ class _AsyncshardStoreTests(StoreTests[ZarrStore, cpu.Buffer]):
         return self.buffer_cls.from_bytes(data)
 
     def test_store_repr(self, store: ZarrStore) -> None:
-        assert repr(store) == f"ZarrStore({store.inner!r}, mode='pass-through', read_only=False)"
+        assert repr(store) == f"ZarrStore({store.inner!r}, mode={self.mode!r}, read_only=False)"
 
     def test_store_supports_writes(self, store: ZarrStore) -> None:
         assert store.supports_writes and store.supports_deletes
@@ -53,7 +55,7 @@ class _AsyncshardStoreTests(StoreTests[ZarrStore, cpu.Buffer]):
 class TestMemory(_AsyncshardStoreTests):
     @pytest.fixture
     def store_kwargs(self) -> dict[str, Any]:
-        return {"store": MemoryStore()}
+        return {"store": MemoryStore(), "mode": self.mode}
 
     async def test_serializable_store(self, store: ZarrStore) -> None:
         # Deviation (see the module docstring): a memory store has no place to reopen.
@@ -64,11 +66,23 @@ class TestMemory(_AsyncshardStoreTests):
 class TestLocal(_AsyncshardStoreTests):
     @pytest.fixture
     def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
-        return {"store": str(tmp_path / "root")}
+        return {"store": str(tmp_path / "root"), "mode": self.mode}
 
 
 class TestS3(_AsyncshardStoreTests):
     @pytest.fixture
     def store_kwargs(self, s3_place: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         url, options = s3_place
-        return {"store": url, **options}
+        return {"store": url, "mode": self.mode, **options}
+
+
+class TestMemoryInnerChunks(TestMemory):
+    mode = "inner-chunks"
+
+
+class TestLocalInnerChunks(TestLocal):
+    mode = "inner-chunks"
+
+
+class TestS3InnerChunks(TestS3):
+    mode = "inner-chunks"

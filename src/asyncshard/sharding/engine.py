@@ -18,7 +18,8 @@ how chunk bytes are stored. Everything else is here, once:
   index is revalidated first, one ``head`` of the shard per window (single-flight).
 * **Writes**: a read-merge-write of the whole shard under a conditional write, retried on
   conflict (:func:`~asyncshard.sharding.common.read_merge_write`); concurrent writes to
-  one shard in one tick are merged into one shard write; a write covering every chunk
+  one shard in one tick (``set``, and ``erase_values`` of a single chunk) are merged into
+  one shard write; a write covering every chunk
   of a shard builds it without reading. A caller's condition (``if_match``,
   ``if_absent``) is checked per chunk and fails only that chunk. A write of several
   shards waits for all of them before it returns or raises
@@ -861,7 +862,8 @@ class ShardedAdapter(WrapperStore, IndexIO):
         """Apply concurrent writes of one shard in one shard write (submission order)."""
         shard_key = writes[0].shard_key
         chunks = {w.chunk for w in writes}
-        if not any(w.conditional for w in writes) and self.format.is_whole(shard_key, chunks):
+        unconditional = not any(w.conditional or w.change is _erase for w in writes)
+        if unconditional and self.format.is_whole(shard_key, chunks):
             version = await self._write_whole(
                 shard_key, {w.chunk: w.change(_NO_CURRENT) or b"" for w in writes}
             )
@@ -1020,6 +1022,13 @@ class ShardedAdapter(WrapperStore, IndexIO):
                 by_shard.setdefault(loc.shard_key, []).append((key, loc.chunk))
         for key in plain:
             self._pass_through(key)
+        if not plain and len(by_shard) == 1:
+            [(shard_key, members)] = by_shard.items()
+            if len(members) == 1 and not self.format.is_whole(shard_key, [members[0][1]]):
+                # one chunk: joins the concurrent writes of its shard (one shard write)
+                key, chunk = members[0]
+                await self._writes.submit(_Write(key, shard_key, chunk, _erase, False))
+                return
         await settle(self._chunk_erases(by_shard, [self.format.inner_key(k) for k in plain]))
 
     def _chunk_erases(

@@ -1,8 +1,9 @@
 """UnshardedView: the sharded datasets of any Store presented as if they were unsharded.
 
-A read-only Store wrapping another. For every key it finds the dataset the key belongs
-to by looking, from the root down, for the first folder holding a sharded Zarr v3 array
-or a precomputed volume with sharded scales (:mod:`~asyncshard.views.datasets`):
+A Store wrapping another. For every key it finds the dataset the key belongs to by
+looking, from the root down, for the first folder holding a sharded Zarr v3 array or a
+precomputed volume with sharded scales (:mod:`~asyncshard.views.folders`,
+:mod:`~asyncshard.views.datasets`):
 
 * the dataset's metadata key answers the rewritten metadata (inner chunks as chunks,
   ``info`` without ``sharding``);
@@ -25,11 +26,26 @@ precomputed scale's folder exists even when it lists nothing (:meth:`has_folder`
 ``list_chunks=True`` (library callers that list chunks): a folder holding chunks is
 listed by the dataset's sharded store, which reads the shard indexes (cached).
 
+**Writes** (``writable=True``; read-only otherwise) are routed like reads: a chunk key
+goes to its dataset's sharded store (a conditional read-merge-write of its shard; writes
+of one shard arriving together are merged); a dataset's ``zarr.json`` is mapped back
+onto the stored sharded document (:func:`~asyncshard.formats.zarr3.metadata.
+map_back_metadata`), conditionally on the version read; every other key passes through.
+Refused with a typed error, writing nothing: metadata that cannot be mapped back, a
+precomputed ``info`` or shard file, and metadata that would create a sharded dataset
+(its writer would write whole shards at keys the view reads as chunks: create sharded
+datasets through the wrapped store). ``erase_prefix`` of a dataset's folder (or above)
+deletes its objects, shards included; inside a dataset it erases the chunks listed
+there (``list_chunks=True``), never a whole shard holding other chunks.
+
 All sharded stores share one :class:`~asyncshard.cache.IndexCache`. What a folder holds
-is remembered for ``metadata_ttl`` seconds (single-flight), so metadata changes show up
-after at most that long. Shard changes are seen at once by chunk reads (data reads are
-conditioned on the cached index's version); "no such chunk" answers come from an index
-at most ``recheck_after`` seconds old.
+is remembered for ``metadata_ttl`` seconds, and forgotten at once when metadata is
+written or erased through the view. With ``recheck_metadata`` (for writers and library
+callers), a read of a metadata document reloads its folder first, and a chunk key lying
+outside its dataset reloads the dataset once (another process may have grown it).
+Shard changes are seen at once by chunk reads (data reads are conditioned on the cached
+index's version); "no such chunk" answers come from an index at most ``recheck_after``
+seconds old.
 
 Versions of rewritten metadata and virtual chunks are the underlying versions with the
 prefix ``unshard:``, so they never collide with the versions of the raw objects at the
@@ -38,23 +54,52 @@ same keys (an HTTP cache revalidating one against the other must not match).
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass
-from typing import Any
-
-from cachetools import LRUCache
+from typing import TypeAlias, TypeVar
 
 from asyncshard.cache import IndexCache
-from asyncshard.errors import AsyncShardError, ConflictError, InvalidKeyError, ReadOnlyError
-from asyncshard.ranges import ByteRange, resolve
+from asyncshard.errors import (
+    AsyncShardError,
+    ConflictError,
+    InvalidKeyError,
+    ReadOnlyError,
+    UnsupportedOperationError,
+)
+from asyncshard.fanout import settle
+from asyncshard.ranges import ByteRange, Range, resolve
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, Location
-from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
-from asyncshard.views.datasets import OPENERS, Dataset, Options, Scope, is_dataset_document
+from asyncshard.store import (
+    BytesLike,
+    GetResult,
+    ObjectMeta,
+    Store,
+    retry_on_conflict,
+    validate_key,
+    validate_prefix,
+)
+from asyncshard.views.datasets import (
+    OPENERS,
+    Dataset,
+    Options,
+    Scope,
+    group_arrays,
+    map_back_group,
+    present_group,
+)
+from asyncshard.views.folders import Folders, Node, folder_of_metadata
+from asyncshard.views.gate import WriteGate
 from asyncshard.wrapper import WrapperStore, with_key
 
 __all__ = [
@@ -66,12 +111,17 @@ __all__ = [
 ]
 
 VERSION_PREFIX = "unshard:"
+#: Name of the documents that may be groups with consolidated metadata.
+GROUP_DOCUMENT = "zarr.json"
+#: Group documents larger than this are served as they are (never read whole to rewrite).
+MAX_GROUP_DOCUMENT = 16 * 1024 * 1024
 DEFAULT_METADATA_TTL = 60.0
 DEFAULT_MAX_FOLDERS = 16384
 #: Folders above a key searched for its dataset: 32 dimensions + 2 (see the module doc).
 DEFAULT_MAX_DEPTH = 34
 
 log = logging.getLogger("asyncshard.views")
+T = TypeVar("T")
 
 
 def virtual_version(version: str | None) -> str | None:
@@ -85,6 +135,10 @@ def _inner_version(key: str, if_match: str | None) -> str | None:
     if not if_match.startswith(VERSION_PREFIX):
         raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
     return if_match[len(VERSION_PREFIX) :]
+
+
+def _is_group_document(key: str) -> bool:
+    return key.rpartition("/")[2] == GROUP_DOCUMENT
 
 
 def _virtual(meta: ObjectMeta) -> ObjectMeta:
@@ -104,29 +158,48 @@ def _parsing(key: str) -> Iterator[None]:
         raise InvalidKeyError(f"cannot parse the key {key[:200]!r}") from None
 
 
-@dataclass
-class _Node:
-    """What one folder holds: a sharded dataset or nothing; ``source`` is the raw metadata
-    it was opened from. ``terminal``: the folder holds a dataset of some kind, so no
-    folder below it can hold another one."""
+@dataclass(frozen=True)
+class _Chunk:
+    """A chunk key of a dataset: its scope (sharded store), its key and location there."""
 
-    dataset: Dataset | None = None
-    version: str | None = None
-    source: bytes = b""
-    loaded_at: float = 0.0
-    terminal: bool = False
+    scope: Scope
+    rel: str
+    node: Node
+    loc: Location
 
 
-_HIDDEN = object()  # a key the view hides (a precomputed shard file)
+class _Hidden:
+    """A key the view hides: a shard file of a sharded precomputed scale."""
+
+
+_HIDDEN = _Hidden()
+#: What serves a key: the dataset's node (its metadata key), a chunk, a hidden shard
+#: file, or ``None`` (the wrapped store, unchanged).
+_Target: TypeAlias = Node | _Chunk | _Hidden | None
+
+
+class _CallerConflict(Exception):
+    """The caller's own condition failed during a retried update (not to be retried)."""
+
+    def __init__(self, error: ConflictError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class UnshardedView(WrapperStore):
-    """A read-only Store showing the sharded datasets of ``inner`` unsharded.
+    """A Store showing the sharded datasets of ``inner`` unsharded.
 
     Args:
         inner: any Store.
         cache: the index cache of every dataset's sharded store (default: a private one).
         list_chunks: list chunk keys by reading shard indexes (see the module docstring).
+        writable: accept writes (see the module docstring); read-only by default.
+        recheck_metadata: reload a folder when its metadata document is read, and a
+            dataset when a chunk key lies outside it.
+        write_window: seconds a chunk write waits for more writes of its shard, so that
+            writes arriving a few ticks apart make one shard write (``0``: only writes of
+            one tick are merged); see :mod:`~asyncshard.views.gate`.
+        write_flush_at: number of waiting chunk writes after which they leave at once.
         recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
         max_folders: folders whose metadata is remembered.
@@ -139,22 +212,30 @@ class UnshardedView(WrapperStore):
         *,
         cache: IndexCache | None = None,
         list_chunks: bool = False,
+        writable: bool = False,
+        recheck_metadata: bool = False,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
         data_cache: IndexCache | None = None,
         metadata_ttl: float = DEFAULT_METADATA_TTL,
         max_folders: int = DEFAULT_MAX_FOLDERS,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        write_window: float = 0.0,
+        write_flush_at: Callable[[], int] | None = None,
     ) -> None:
-        if max_depth < 1:
-            raise ValueError("max_depth must be at least 1")
         super().__init__(inner)
         index_cache = cache if cache is not None else IndexCache()
         self.options = Options(index_cache, recheck_after, data_cache)
         self.list_chunks = list_chunks
-        self.metadata_ttl = metadata_ttl
-        self.max_depth = max_depth
-        self._nodes: LRUCache[str, _Node] = LRUCache(max_folders)
-        self._loading: dict[str, asyncio.Task[_Node]] = {}
+        self.writable = writable
+        self.recheck_metadata = recheck_metadata
+        self.folders = Folders(
+            inner, self.options, ttl=metadata_ttl, max_folders=max_folders, max_depth=max_depth
+        )
+        self._gate = (
+            WriteGate(window=write_window, max_wait=10 * write_window, flush_at=write_flush_at)
+            if write_window > 0
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"UnshardedView({self.inner!r})"
@@ -165,105 +246,81 @@ class UnshardedView(WrapperStore):
         return self.options.cache
 
     @property
+    def metadata_ttl(self) -> float:
+        """Seconds a folder's metadata is trusted."""
+        return self.folders.ttl
+
+    @property
+    def max_depth(self) -> int:
+        """Folders above a key searched for its dataset."""
+        return self.folders.max_depth
+
+    @property
     def supports_writes(self) -> bool:
-        return False
+        return self.writable and self.inner.supports_writes
 
     @property
     def supports_conditional_deletes(self) -> bool:
         return False
 
-    # -- finding datasets -----------------------------------------------------------------
+    # -- routing --------------------------------------------------------------------------
 
-    async def _node(self, folder: str) -> _Node:
-        node = self._nodes.get(folder)
-        if node is not None and time.monotonic() - node.loaded_at < self.metadata_ttl:
-            return node
-        task = self._loading.get(folder)
-        if task is None or task.get_loop() is not asyncio.get_running_loop():
-            task = asyncio.get_running_loop().create_task(self._load(folder))
-            self._loading[folder] = task
-        return await asyncio.shield(task)
-
-    async def _load(self, folder: str) -> _Node:
-        try:
-            names = list(OPENERS)
-            raws = await asyncio.gather(*(self.inner.get_object(folder + n) for n in names))
-            old = self._nodes.get(folder)
-            node = _Node()
-            for name, raw in zip(names, raws, strict=True):
-                if raw is None:
-                    continue
-                data = bytes(raw.data)
-                if old is not None and old.dataset is not None and old.source == data:
-                    # unchanged: keep the stores and their cached indexes
-                    node = _Node(old.dataset, raw.meta.version, data, terminal=True)
-                    break
-                dataset = OPENERS[name](self.inner, folder, data, self.options)
-                if dataset is not None:
-                    node = _Node(dataset, raw.meta.version, data, terminal=True)
-                    break
-                node.terminal = node.terminal or is_dataset_document(data)
-            node.loaded_at = time.monotonic()
-            self._nodes[folder] = node
-            return node
-        finally:
-            if self._loading.get(folder) is asyncio.current_task():
-                del self._loading[folder]
-
-    async def _find(self, path: str) -> _Node | None:
-        """The node of the outermost folder holding a sharded dataset among the nearest
-        ``max_depth`` folders above the key ``path`` (or, for a folder ``path`` ending in
-        ``/``, up to itself)."""
-        parts = path.split("/")
-        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
-            folder = "/".join(parts[:depth]) + "/" if depth else ""
-            node = await self._node(folder)
-            if node.dataset is not None:
-                return node
-            if node.terminal:
-                return None  # inside an unsharded array or volume: nothing to rewrite
-        return None
-
-    def _scope_of(
-        self, dataset: Dataset, key: str
-    ) -> tuple[Scope, str, Location] | object | None:
-        """``(scope, store key, location)`` of a chunk key, ``_HIDDEN`` for a shard file,
+    def _scope_of(self, node: Node, key: str) -> _Target:
+        """The chunk ``key`` names in the node's dataset, ``_HIDDEN`` for a shard file,
         else ``None``."""
+        assert node.dataset is not None
         with _parsing(key):
-            for scope in dataset.scopes:
+            for scope in node.dataset.scopes:
                 rel = scope.key(key)
                 if rel is None:
                     continue
                 fmt = scope.store.format
                 loc = fmt.locate(rel)
                 if loc is not None:
-                    return scope, rel, loc
+                    return _Chunk(scope, rel, node, loc)
                 if fmt.is_shard(fmt.inner_key(rel)):
                     return _HIDDEN
         return None
 
-    async def _route(self, key: str) -> Any:
-        """What serves ``key``: the node (its metadata), ``(scope, store key, location)``,
-        ``_HIDDEN``, or ``None`` to pass through."""
-        node = await self._find(key)
+    async def _route(self, key: str) -> _Target:
+        """What serves ``key`` (see :data:`_Target`)."""
+        node = await self.folders.find(key)
         if node is None or node.dataset is None:
             return None
         if key == node.dataset.metadata_key:
             return node
-        return self._scope_of(node.dataset, key)
+        return self._scope_of(node, key)
+
+    async def _target(self, key: str) -> _Target:
+        """:meth:`_route`, rechecking metadata first where ``recheck_metadata`` asks: a
+        metadata document's folder is reloaded; a chunk outside its dataset reloads the
+        dataset once (it may have grown)."""
+        if not self.recheck_metadata:
+            return await self._route(key)
+        folder = folder_of_metadata(key)
+        if folder is not None:
+            await self.folders.node(folder, fresh=True)
+        target = await self._route(key)
+        if isinstance(target, _Chunk) and not target.loc.inside:
+            assert target.node.dataset is not None
+            await self.folders.node(target.node.dataset.folder, fresh=True)
+            target = await self._route(key)
+        return target
 
     # -- reads ----------------------------------------------------------------------------
 
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
-        target = await self._route(key)
+        target = await self._target(key)
+        if target is None and _is_group_document(key):
+            return await self._get_group(key, byte_range, if_match)
         if target is None:
             return await super()._get(key, byte_range, if_match)
-        if target is _HIDDEN:
+        if isinstance(target, _Hidden):
             return None
         version = _inner_version(key, if_match)
-        if isinstance(target, _Node):
+        if isinstance(target, Node):
             assert target.dataset is not None
             if version is not None and version != target.version:
                 raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
@@ -271,32 +328,62 @@ class UnshardedView(WrapperStore):
             start, end = resolve(byte_range, len(document))
             meta = ObjectMeta(key, len(document), virtual_version(target.version))
             return GetResult(memoryview(document)[start:end], meta)
-        scope, rel, loc = target
-        result = await scope.store.get_located(rel, loc, byte_range, if_match=version)
+        result = await target.scope.store.get_located(
+            target.rel, target.loc, byte_range, if_match=version
+        )
         if result is None:
             return None
         return with_key(GetResult(result.data, _virtual(result.meta)), key)
 
+    async def _get_group(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        """A ``zarr.json`` that is no dataset's: a group whose consolidated metadata names
+        sharded arrays is presented with them unsharded (and a virtual version)."""
+        virtual = if_match is not None and if_match.startswith(VERSION_PREFIX)
+        version = _inner_version(key, if_match) if virtual else if_match
+        head = Range(0, MAX_GROUP_DOCUMENT + 1)
+        result = await self.inner.get_object(key, head, if_match=version)
+        if result is None:
+            return None
+        if len(result.data) > MAX_GROUP_DOCUMENT:  # too large to rewrite: served as it is
+            if virtual:
+                raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
+            return await super()._get(key, byte_range, if_match)
+        document = present_group(bytes(result.data))
+        meta = result.meta
+        if document is None:
+            data: BytesLike = result.data
+        else:
+            data, meta = document, _virtual(meta)
+        if virtual != (document is not None) and if_match is not None:
+            raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
+        start, end = resolve(byte_range, len(data))
+        meta = ObjectMeta(key, len(data), meta.version, meta.last_modified)
+        return GetResult(memoryview(data)[start:end], meta)
+
     async def _head(self, key: str) -> ObjectMeta | None:
-        target = await self._route(key)
+        target = await self._target(key)
+        if target is None and _is_group_document(key):
+            result = await self._get_group(key, None, None)
+            return None if result is None else result.meta
         if target is None:
             return await super()._head(key)
-        if target is _HIDDEN:
+        if isinstance(target, _Hidden):
             return None
-        if isinstance(target, _Node):
+        if isinstance(target, Node):
             assert target.dataset is not None
             size = len(target.dataset.document)
             return ObjectMeta(key, size, virtual_version(target.version))
-        scope, rel, _ = target
-        meta = await scope.store.head(rel)
+        meta = await target.scope.store.head(target.rel)
         return None if meta is None else _virtual(ObjectMeta(key, meta.size, meta.version))
 
     # -- listing --------------------------------------------------------------------------
 
     async def _list_dir(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
-        node = await self._find(prefix)
+        node = await self.folders.find(prefix)
         dataset = None if node is None else node.dataset
-        if dataset is None:
+        if node is None or dataset is None:
             return await self.inner.list_dir(prefix)
         if self.list_chunks:
             for scope in dataset.scopes:
@@ -307,13 +394,13 @@ class UnshardedView(WrapperStore):
                     base = scope.base
                     return [base + k for k in keys], [base + p for p in prefixes]
         keys, prefixes = await self.inner.list_dir(prefix)
-        shown = [k for k in keys if self._scope_of(dataset, k) is None]
+        shown = [k for k in keys if self._scope_of(node, k) is None]
         return shown, prefixes
 
     async def has_folder(self, prefix: str) -> bool:
         """Whether the folder ``prefix`` (ending in ``/``) exists even if it lists nothing:
         a folder of chunk keys of a dataset (a sharded scale, a Zarr ``c/`` folder)."""
-        node = await self._find(prefix)
+        node = await self.folders.find(prefix)
         if node is None or node.dataset is None:
             return False
         with _parsing(prefix):
@@ -335,10 +422,239 @@ class UnshardedView(WrapperStore):
 
     # -- writes ---------------------------------------------------------------------------
 
+    def _check_writable(self) -> None:
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+
     async def _put(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
-        raise ReadOnlyError(f"{self!r} is read-only")
+        self._check_writable()
+        folder = folder_of_metadata(key)
+        if folder is not None:
+            try:
+                return await self._put_metadata(key, folder, data, if_match, if_absent)
+            finally:
+                self.folders.invalidate(folder)
+        target = await self._target(key)
+        if isinstance(target, _Chunk):
+            version = _inner_version(key, if_match)
+            store, rel = target.scope.store, target.rel
+            conditional = version is not None or if_absent
+            return virtual_version(
+                await self._gated(
+                    target,
+                    lambda: store.set(rel, data, if_match=version, if_absent=if_absent),
+                    whole=not conditional,
+                )
+            )
+        self._refuse(key, target)
+        return await super()._put(key, data, if_match, if_absent)
+
+    async def _gated(
+        self, target: _Chunk, op: Callable[[], Awaitable[T]], *, whole: bool = False
+    ) -> T:
+        """``op()`` (a write of the chunk ``target``) through the write gate, grouped by
+        shard; ``whole``: the write may count towards writing the whole shard."""
+        loc = target.loc
+        if self._gate is None or not loc.inside:
+            return await op()
+        fmt, shard_key = target.scope.store.format, loc.shard_key
+
+        def complete(tags: Sequence[Hashable]) -> bool:
+            return None not in tags and fmt.is_whole(shard_key, tags)
+
+        group = (target.scope.store, shard_key)
+        tag = loc.chunk if whole else None
+        return await self._gate.run(group, op, tag=tag, complete=complete)
+
+    def _refuse(self, key: str, target: _Target) -> None:
+        """Raise for the targets no write may reach: shard files, precomputed metadata."""
+        if isinstance(target, _Hidden):
+            raise UnsupportedOperationError(
+                f"{key}: a shard file of a sharded precomputed scale cannot be written "
+                "through the unsharded view; write its chunks by name"
+            )
+        if isinstance(target, Node):
+            raise UnsupportedOperationError(
+                f"{key}: the metadata of a sharded precomputed volume cannot be written "
+                "through the unsharded view"
+            )
+
+    async def _put_metadata(
+        self, key: str, folder: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        await self.folders.node(folder, fresh=True)
+        target = await self._route(key)
+        dataset = target.dataset if isinstance(target, Node) else None
+        if dataset is not None and dataset.map_back is not None:
+            return await self._map_back(key, dataset, bytes(data), if_match, if_absent)
+        if isinstance(target, _Chunk):  # a chunk named like a metadata document
+            version = await target.scope.store.set(
+                target.rel, data, if_match=_inner_version(key, if_match), if_absent=if_absent
+            )
+            return virtual_version(version)
+        self._refuse(key, target)
+        if target is None:
+            self._refuse_sharded_creation(key, folder, bytes(data))
+            if _is_group_document(key):
+                data = await self._map_back_group(key, folder, bytes(data))
+                if if_match is not None and if_match.startswith(VERSION_PREFIX):
+                    if_match = _inner_version(key, if_match)  # as read: presented rewritten
+        return await super()._put(key, data, if_match, if_absent)
+
+    async def _map_back_group(self, key: str, folder: str, data: bytes) -> bytes:
+        """A group document written through the view, with the consolidated metadata of
+        its sharded arrays mapped back onto their stored documents."""
+        real: dict[str, bytes] = {}
+        for path in group_arrays(data):
+            try:
+                validate_key(f"{folder}{path}/{GROUP_DOCUMENT}")
+            except InvalidKeyError:
+                continue  # names nothing the store can hold
+            node = await self.folders.node(f"{folder}{path}/", fresh=True)
+            if node.dataset is not None and node.dataset.map_back is not None:
+                real[path] = node.source
+        return map_back_group(data, real, key) if real else data
+
+    def _refuse_sharded_creation(self, key: str, folder: str, data: bytes) -> None:
+        """Refuse metadata that would make ``folder`` a sharded dataset: its writer would
+        write whole shards at keys this view reads as chunks."""
+        name = key[len(folder) :]
+        if OPENERS[name](self.inner, folder, data, self.options) is not None:
+            raise UnsupportedOperationError(
+                f"{key}: creating a sharded dataset through the unsharded view is refused "
+                "(its writer would write whole shards at keys the view reads as inner "
+                "chunks). Create it through the wrapped store (zarr-python: "
+                "ZarrStore.create_sharded_array, or a pass-through ZarrStore); it then "
+                "appears unsharded here."
+            )
+
+    async def _map_back(
+        self, key: str, dataset: Dataset, written: bytes, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        """Write metadata written through the view onto the stored sharded document,
+        conditionally on the version read (retried on conflict)."""
+        assert dataset.map_back is not None
+        if if_absent:
+            raise ConflictError(f"{key}: object already exists", key=key)
+        expected = _inner_version(key, if_match)
+        conditional = self.inner.supports_conditional_writes
+        map_back = dataset.map_back
+
+        async def attempt() -> str | None:
+            current = await self.inner.get_object(key)
+            if current is None or (expected is not None and current.meta.version != expected):
+                error = ConflictError(f"{key}: object is not at version {if_match}", key=key)
+                if current is None and expected is None:
+                    error = ConflictError(f"{key}: the array was deleted meanwhile", key=key)
+                raise _CallerConflict(error)
+            new = map_back(bytes(current.data), written)
+            version = current.meta.version if conditional else None
+            return await self.inner.set(key, new, if_match=version)
+
+        try:
+            return virtual_version(await retry_on_conflict(attempt, key))
+        except _CallerConflict as exc:
+            raise exc.error from None
+
+    async def set_partial_values(
+        self, key_start_values: Iterable[tuple[str, int, BytesLike]]
+    ) -> None:
+        """Patch byte runs into chunks (through their sharded stores) or plain objects;
+        metadata documents of datasets cannot be patched."""
+        self._check_writable()
+        triples = [(validate_key(k), s, v) for k, s, v in key_start_values]
+        for key, start, _ in triples:
+            if start < 0:
+                raise ValueError(f"negative start {start} for key {key!r}")
+        self.stats.requests["put"] += len({k for k, _, _ in triples})
+        self.stats.bytes_written += sum(len(v) for _, _, v in triples)
+        plain: list[tuple[str, int, BytesLike]] = []
+        by_scope: dict[int, tuple[Scope, list[tuple[str, int, BytesLike]], list[str]]] = {}
+        for key, start, value in triples:
+            target = await self._target(key)
+            if isinstance(target, _Chunk):
+                _, runs, keys = by_scope.setdefault(id(target.scope), (target.scope, [], []))
+                runs.append((target.rel, start, value))
+                keys.append(key)
+                continue
+            if isinstance(target, Node):
+                raise UnsupportedOperationError(
+                    f"{key}: metadata of a sharded dataset cannot be patched through the view"
+                )
+            self._refuse(key, target)
+            plain.append((key, start, value))
+        jobs: list[tuple[Sequence[str], Awaitable[object]]] = [
+            (keys, scope.store.set_partial_values(runs)) for scope, runs, keys in by_scope.values()
+        ]
+        if plain:
+            jobs.append(([k for k, _, _ in plain], self.inner.set_partial_values(plain)))
+        folders = {f for f in (folder_of_metadata(k) for k, _, _ in plain) if f is not None}
+        try:
+            await settle(jobs)
+        finally:
+            for folder in folders:
+                self.folders.invalidate(folder)
+
+    async def erase_values(self, keys: Iterable[str]) -> None:
+        """Erase chunks (through their sharded stores: one update per shard) and plain
+        objects; erasing a metadata document forgets its folder."""
+        keys = [validate_key(k) for k in keys]
+        self._check_writable()
+        self.stats.requests["delete"] += len(keys)
+        targets = [await self._target(key) for key in keys]
+        for key, target in zip(keys, targets, strict=True):
+            if isinstance(target, _Hidden):
+                self._refuse(key, target)
+        if len(targets) == 1 and isinstance(target := targets[0], _Chunk):
+            # one chunk (zarr-python deletes chunk by chunk): joins its shard's writes
+            store, rel = target.scope.store, target.rel
+            await self._gated(target, lambda: store.erase_values([rel]))
+            return
+        plain: list[str] = []
+        by_scope: dict[int, tuple[Scope, list[str], list[str]]] = {}
+        for key, target in zip(keys, targets, strict=True):
+            if isinstance(target, _Chunk):
+                _, rels, names = by_scope.setdefault(id(target.scope), (target.scope, [], []))
+                rels.append(target.rel)
+                names.append(key)
+            else:
+                plain.append(key)
+        jobs: list[tuple[Sequence[str], Awaitable[object]]] = [
+            (names, scope.store.erase_values(rels)) for scope, rels, names in by_scope.values()
+        ]
+        if plain:
+            jobs.append((plain, self.inner.erase_values(plain)))
+        folders = {f for f in map(folder_of_metadata, plain) if f is not None}
+        try:
+            await settle(jobs)
+        finally:
+            for folder in folders:
+                self.folders.invalidate(folder)
 
     async def _delete(self, key: str) -> None:
-        raise ReadOnlyError(f"{self!r} is read-only")
+        await self.erase_values([key])
+
+    async def _delete_if_match(self, key: str, version: str) -> None:
+        raise UnsupportedOperationError(f"{self!r} cannot delete conditionally")
+
+    async def erase_prefix(self, prefix: str) -> None:
+        """Erase every key starting with ``prefix`` as the view shows it.
+
+        A prefix at or above a dataset's folder erases the wrapped store's objects there
+        (shards included) in one pass; a prefix inside a dataset erases the keys the view
+        lists there (its chunks through the sharded store, so a shard also holding other
+        chunks keeps them).
+        """
+        prefix = validate_prefix(prefix)
+        self._check_writable()
+        node = await self.folders.find(prefix)
+        dataset = None if node is None else node.dataset
+        if dataset is not None and prefix.startswith(dataset.folder) and prefix != dataset.folder:
+            await self.erase_values([k async for k in self.list_prefix(prefix)])
+            return
+        try:
+            await self.inner.erase_prefix(prefix)
+        finally:
+            self.folders.invalidate_around(prefix)

@@ -15,6 +15,18 @@ from asyncshard.errors import StoreConfigError
 from asyncshard.store import Store
 
 Mode = Literal["pass-through", "inner-chunks"]
+#: Seconds the inner-chunk view trusts what a folder holds (see docs/ARCHITECTURE.md).
+METADATA_TTL = 10.0
+#: Seconds a chunk write waits for more writes of its shard (see views/gate.py).
+WRITE_WINDOW = 0.002
+
+
+def _zarr_concurrency() -> int:
+    """zarr-python's bound on chunk reads and writes in flight per array operation."""
+    import zarr
+
+    return int(zarr.config.get("async.concurrency"))
+
 MODES: Final[tuple[str, ...]] = get_args(Mode)
 
 
@@ -27,11 +39,15 @@ def present(inner: Store, mode: str) -> Store:
     if mode == "pass-through":
         return inner
     if mode == "inner-chunks":
-        # SEAM (inner-chunk view): the Store that presents sharded arrays unsharded.
-        # Today the read-only view of ``asyncshard serve --unshard``; the writable view
-        # (conditional read-merge-write of shards) replaces it here, and nothing else
-        # changes: ZarrStore reports writes as supported when the view supports them.
         from asyncshard.views.unsharded import UnshardedView
 
-        return UnshardedView(inner)
+        return UnshardedView(
+            inner,
+            writable=True,
+            list_chunks=True,
+            recheck_metadata=True,
+            metadata_ttl=METADATA_TTL,
+            write_window=WRITE_WINDOW,
+            write_flush_at=_zarr_concurrency,
+        )
     raise StoreConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any, Self
 from urllib.parse import urlsplit
 
+import zarr
 from zarr.abc.store import ByteRequest
 from zarr.abc.store import Store as ZarrABCStore
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
@@ -24,6 +25,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from asyncshard.backends.registry import open_store
 from asyncshard.errors import ConflictError
 from asyncshard.store import Store, StoreStats
+from asyncshard.views.unsharded import UnshardedView
 from asyncshard.zarr_python.buffers import to_buffer, to_bytes_like, to_range
 from asyncshard.zarr_python.modes import Mode, present
 
@@ -135,6 +137,32 @@ class ZarrStore(ZarrABCStore):
         clone._read_only = read_only
         clone._is_open = False
         return clone
+
+    def with_mode(self, mode: Mode) -> ZarrStore:
+        """A ZarrStore in ``mode`` over the same asyncshard Store (opened from the same
+        URL, it pickles as that URL in ``mode``)."""
+        clone = ZarrStore(self.inner, mode=mode, read_only=True if self.read_only else None)
+        clone._url, clone._options = self._url, dict(self._options)
+        return clone
+
+    # -- sharded arrays -------------------------------------------------------------------
+
+    def create_sharded_array(self, name: str, *, shards: Any, **kwargs: Any) -> zarr.Array[Any]:
+        """Create a sharded array: ``zarr.create_array(store, name=name, shards=shards,
+        **kwargs)`` written through the wrapped store, keys unchanged, then opened
+        through this store (in inner-chunk mode it appears unsharded: its chunks are the
+        inner chunks, ``chunks=``). Synchronous, like ``zarr.create_array``.
+
+        This is how arrays get sharded in inner-chunk mode: an array created through the
+        view with ``shards=`` is refused, since zarr-python would then write whole shards
+        at keys the view reads as inner chunks.
+        """
+        self._check_writable()
+        plain = ZarrStore(self.inner, mode="pass-through", read_only=False)
+        zarr.create_array(plain, name=name, shards=shards, **kwargs)
+        if isinstance(self.view, UnshardedView):
+            self.view.folders.invalidate_around(_folder(name))
+        return zarr.open_array(self, path=name, mode="r+")
 
     # -- capabilities -------------------------------------------------------------------
 

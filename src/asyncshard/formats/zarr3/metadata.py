@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 import operator
 import re
@@ -34,10 +35,14 @@ __all__ = [
     "DRAFT_SHARDING_URI",
     "ChunkKeyEncoding",
     "ShardingLayout",
+    "consolidated_arrays",
     "is_sharded",
+    "map_back_consolidated",
+    "map_back_metadata",
     "parse_draft_transformer",
     "parse_zarr3_array",
     "sharded_metadata",
+    "unsharded_consolidated",
     "unsharded_metadata",
 ]
 
@@ -543,4 +548,167 @@ def sharded_metadata(
     out = _with_chunk_shape(meta, tuple(c * n for c, n in zip(chunk_shape, cps, strict=True)))
     out["codecs"] = [sharding]
     parse_zarr3_array(out)
+    return out
+
+
+#: Members of a ``zarr.json`` written through an unsharded view that map back onto the
+#: sharded document; every other member must stay what the view presented.
+MAPPED_MEMBERS = ("shape", "attributes", "dimension_names", "fill_value")
+#: Values of optional members when they are absent.
+_DEFAULTS: dict[str, Any] = {"attributes": {}, "storage_transformers": [], "dimension_names": None}
+_KEY_SEPARATORS = {"default": "/", "v2": "."}
+
+
+def _named(value: Any) -> Any:
+    """A named configuration (codec, grid, key encoding) spelled canonically: a bare name
+    becomes ``{"name": ...}`` and an empty ``configuration`` is dropped."""
+    if isinstance(value, str):
+        return {"name": value}
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if not (k == "configuration" and v == {})}
+    return value
+
+
+def _member(doc: Mapping[str, Any], name: str) -> Any:
+    """Member ``name`` of a zarr.json, spelled canonically, defaults filled in."""
+    value = doc.get(name, _DEFAULTS.get(name))
+    if name in ("codecs", "storage_transformers") and isinstance(value, list | tuple):
+        return [_named(v) for v in value]
+    if name == "chunk_grid":
+        return _named(value)
+    if name == "chunk_key_encoding":
+        value = _named(value)
+        if isinstance(value, Mapping) and value.get("name") in _KEY_SEPARATORS:
+            config = value.get("configuration") or {}
+            config = {"separator": _KEY_SEPARATORS[value["name"]], **config}
+            value = {**value, "configuration": config}
+    return value
+
+
+def _check_mapped(name: str, value: Any, ndim: int) -> None:
+    """A mapped member's new value must keep the array's dimensionality."""
+    if name == "shape":
+        _int_tuple(value, "shape", minimum=0, ndim=ndim)
+    elif name == "dimension_names" and value is not None:
+        names = _list(value, "dimension_names")
+        if len(names) != ndim or not all(n is None or isinstance(n, str) for n in names):
+            raise InvalidMetadataError(
+                f"dimension_names: expected {ndim} names (strings or null), got {value!r}"
+            )
+    elif name == "attributes":
+        _mapping(value, "attributes")
+
+
+def map_back_metadata(real: Mapping[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
+    """The sharded ``zarr.json`` to store when ``written`` is written through a view that
+    presents ``real`` as :func:`unsharded_metadata` (``real``).
+
+    ``written`` may differ from what the view presents only in :data:`MAPPED_MEMBERS`
+    (``shape`` with the same number of dimensions, ``attributes``, ``dimension_names``,
+    ``fill_value``); the result is ``real`` with those members replaced and keeps its
+    chunk grid (the shard shape) and sharding codec. Other members are compared after the
+    spellings the spec allows are normalised (bare codec names, empty configurations,
+    default key separators, absent optional members), and members ``written`` omits keep
+    ``real``'s value. Anything else (chunk shape, codecs, data type, key encoding, node
+    type...) raises :class:`~asyncshard.errors.InvalidMetadataError` naming the member.
+    """
+    layout = parse_zarr3_array(real)
+    presented = unsharded_metadata(real)
+    doc = _mapping(written, "metadata")
+    out = copy.deepcopy(dict(real))
+    for name in sorted(set(presented) | set(doc) | set(_DEFAULTS)):
+        if _member(doc, name) == _member(presented, name):
+            continue
+        if name in MAPPED_MEMBERS:
+            value = doc.get(name, _DEFAULTS.get(name))
+            _check_mapped(name, value, layout.ndim)
+            if value is None and name not in doc:
+                out.pop(name, None)
+            else:
+                out[name] = copy.deepcopy(value)
+        elif name not in doc:
+            continue  # omitted by the writer: the stored value stays
+        else:
+            raise InvalidMetadataError(_unmappable(name, presented.get(name), doc[name]))
+    parse_zarr3_array(out)
+    return out
+
+
+def _unmappable(name: str, presented: Any, written: Any) -> str:
+    what = {
+        "chunk_grid": "the chunk shape is the inner chunk shape of the shards; reshard with "
+        "asyncshard.convert.reshard or rewrite the array",
+        "codecs": "the codecs are the inner codecs of the sharding codec; rewrite the array "
+        "to change them",
+    }.get(name, "only shape, attributes, dimension_names and fill_value map back onto the "
+          "sharded metadata")
+    return (
+        f"{name}: cannot be changed through the unsharded view ({what}): presented "
+        f"{json.dumps(presented)[:200]}, written {json.dumps(written)[:200]}"
+    )
+
+
+def _consolidated_entries(doc: Mapping[str, Any], path: str = "") -> list[tuple[str, Any, Any]]:
+    """``(path, entries, name)`` of every member of a group's consolidated metadata, nested
+    groups' consolidated metadata included (``entries[name]`` is the member's document)."""
+    consolidated = doc.get("consolidated_metadata")
+    if not isinstance(consolidated, Mapping):
+        return []
+    entries = consolidated.get("metadata")
+    if not isinstance(entries, Mapping):
+        return []
+    out: list[tuple[str, Any, Any]] = []
+    for name, member in entries.items():
+        out.append((path + name, entries, name))
+        if isinstance(member, Mapping) and member.get("node_type") == "group":
+            out.extend(_consolidated_entries(member, f"{path}{name}/"))
+    return out
+
+
+def _is_sharded_array(doc: object) -> bool:
+    if not isinstance(doc, Mapping) or doc.get("node_type") != "array" or not is_sharded(doc):
+        return False
+    try:
+        parse_zarr3_array(doc)
+    except InvalidMetadataError:
+        return False
+    return True
+
+
+def consolidated_arrays(doc: Mapping[str, Any]) -> list[str]:
+    """Paths (relative to the group) of the arrays in a group's consolidated metadata."""
+    return [
+        path
+        for path, entries, name in _consolidated_entries(doc)
+        if isinstance(entries[name], Mapping) and entries[name].get("node_type") == "array"
+    ]
+
+
+def unsharded_consolidated(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A group ``zarr.json`` whose consolidated metadata shows every sharded array as
+    :func:`unsharded_metadata` does (what readers of an unsharded view must see instead
+    of the arrays' own documents); ``None`` when it names no sharded array."""
+    out = copy.deepcopy(dict(doc))
+    changed = False
+    for _, entries, name in _consolidated_entries(out):
+        if _is_sharded_array(entries[name]):
+            entries[name] = unsharded_metadata(entries[name])
+            changed = True
+    return out if changed else None
+
+
+def map_back_consolidated(
+    written: Mapping[str, Any], real: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A group ``zarr.json`` written through an unsharded view, with the consolidated
+    entry of every sharded array (``real``: path -> its stored sharded document) mapped
+    back by :func:`map_back_metadata`; other entries are kept as written."""
+    out = copy.deepcopy(dict(written))
+    for path, entries, name in _consolidated_entries(out):
+        stored = real.get(path)
+        if stored is not None and isinstance(entries[name], Mapping) and entries[name] != stored:
+            try:
+                entries[name] = map_back_metadata(stored, entries[name])
+            except InvalidMetadataError as exc:
+                raise InvalidMetadataError(f"consolidated metadata of {path!r}: {exc}") from None
     return out

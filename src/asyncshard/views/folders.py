@@ -1,0 +1,145 @@
+"""What each folder of a store holds, for an unsharded view: a sharded dataset or nothing.
+
+A folder's metadata documents (``zarr.json``, ``info``: :data:`~asyncshard.views.
+datasets.OPENERS`) are read once and remembered as a :class:`Node` for ``ttl`` seconds
+(single-flight per folder, LRU over ``max_folders`` folders). A key's dataset is the one
+in the outermost folder above it that holds one, among the nearest ``max_depth`` folders.
+
+Writers that change metadata call :meth:`Folders.invalidate`: the node is reloaded on
+its next use, and a load that was already running when the metadata changed is not
+remembered (it may have read the old document). A reloaded document that opens a
+dataset with the same layout keeps the old dataset's sharded stores, so their cached
+indexes survive attribute updates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from cachetools import LRUCache
+
+from asyncshard.store import Store
+from asyncshard.views.datasets import OPENERS, Dataset, Options, is_dataset_document
+
+__all__ = ["Folders", "Node", "folder_of_metadata"]
+
+
+def folder_of_metadata(key: str) -> str | None:
+    """The folder (``""`` or ending in ``/``) whose metadata document ``key`` is, or
+    ``None`` when ``key`` is no metadata document name."""
+    folder, sep, name = key.rpartition("/")
+    return folder + sep if name in OPENERS else None
+
+
+@dataclass
+class Node:
+    """What one folder holds: a sharded dataset or nothing; ``source`` is the raw metadata
+    it was opened from. ``terminal``: the folder holds a dataset of some kind, so no
+    folder below it can hold another one."""
+
+    dataset: Dataset | None = None
+    version: str | None = None
+    source: bytes = b""
+    loaded_at: float = 0.0
+    terminal: bool = False
+
+
+class Folders:
+    """The nodes of ``inner``'s folders, cached (see the module docstring)."""
+
+    def __init__(
+        self, inner: Store, options: Options, *, ttl: float, max_folders: int, max_depth: int
+    ) -> None:
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1")
+        self.inner = inner
+        self.options = options
+        self.ttl = ttl
+        self.max_depth = max_depth
+        self._nodes: LRUCache[str, Node] = LRUCache(max_folders)
+        self._loading: dict[str, asyncio.Task[Node]] = {}
+        self._generation = 0  # bumped by every invalidation
+
+    async def node(self, folder: str, *, fresh: bool = False) -> Node:
+        """The node of ``folder``; ``fresh``: loaded now (or by a load running now)."""
+        node = self._nodes.get(folder)
+        if not fresh and node is not None and time.monotonic() - node.loaded_at < self.ttl:
+            return node
+        task = self._loading.get(folder)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            task = asyncio.get_running_loop().create_task(self._load(folder))
+            self._loading[folder] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, folder: str) -> Node:
+        generation = self._generation
+        try:
+            names = list(OPENERS)
+            raws = await asyncio.gather(*(self.inner.get_object(folder + n) for n in names))
+            old = self._nodes.get(folder)
+            previous = None if old is None else old.dataset
+            node = Node()
+            for name, raw in zip(names, raws, strict=True):
+                if raw is None:
+                    continue
+                data = bytes(raw.data)
+                if previous is not None and old is not None and old.source == data:
+                    # unchanged: keep the stores and their cached indexes
+                    node = Node(previous, raw.meta.version, data, terminal=True)
+                    break
+                dataset = OPENERS[name](self.inner, folder, data, self.options)
+                if dataset is not None:
+                    if previous is not None and previous.same_stores(dataset):
+                        dataset = Dataset(
+                            dataset.folder,
+                            dataset.metadata_key,
+                            dataset.document,
+                            previous.scopes,
+                            dataset.map_back,
+                        )
+                    node = Node(dataset, raw.meta.version, data, terminal=True)
+                    break
+                node.terminal = node.terminal or is_dataset_document(data)
+            node.loaded_at = time.monotonic()
+            if generation == self._generation:  # no metadata changed while we read
+                self._nodes[folder] = node
+            return node
+        finally:
+            if self._loading.get(folder) is asyncio.current_task():
+                del self._loading[folder]
+
+    async def find(self, path: str) -> Node | None:
+        """The node of the outermost folder holding a sharded dataset among the nearest
+        ``max_depth`` folders above the key ``path`` (or, for a folder ``path`` ending in
+        ``/``, up to itself)."""
+        parts = path.split("/")
+        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
+            folder = "/".join(parts[:depth]) + "/" if depth else ""
+            node = await self.node(folder)
+            if node.dataset is not None:
+                return node
+            if node.terminal:
+                return None  # inside an unsharded array or volume: nothing to rewrite
+        return None
+
+    def invalidate(self, folder: str) -> None:
+        """The metadata of ``folder`` changed (or may have): reload it on its next use."""
+        self._generation += 1
+        node = self._nodes.get(folder)
+        if node is not None:
+            node.loaded_at = float("-inf")  # kept: a reload may reuse its stores
+        self._loading.pop(folder, None)
+
+    def invalidate_around(self, prefix: str) -> None:
+        """:meth:`invalidate` every folder below ``prefix`` and every folder ``prefix``
+        lies in (objects starting with ``prefix`` were erased)."""
+        folders = {f for f in [*self._nodes.keys(), *self._loading] if _related(f, prefix)}
+        for folder in folders:
+            self.invalidate(folder)
+        self._generation += 1
+
+
+def _related(folder: str, prefix: str) -> bool:
+    return folder.startswith(prefix) or prefix.startswith(folder)

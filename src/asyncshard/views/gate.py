@@ -1,0 +1,164 @@
+"""WriteGate: writes of one shard that arrive close together leave together.
+
+The sharding engine merges the writes of one shard submitted in one event-loop tick
+into one shard write. Callers that write chunk by chunk (zarr-python: one ``set`` per
+chunk, each after its own encoding, at most ``async.concurrency`` at a time) submit
+them a few ticks apart, and each would become its own read-merge-write of the shard.
+The gate holds such writes per group (a shard) and releases them in one tick:
+
+* when the group has been quiet for ``window`` seconds (at most ``max_wait`` after its
+  first waiting write);
+* at once when the waiting writes complete the group (``complete``: every chunk of the
+  shard, so it can be written without reading it), or when ``flush_at()`` writes wait in
+  all (the caller cannot submit more before some return: no point in waiting);
+* one release per group at a time: writes arriving while the group's writes run wait
+  for them (group commit), so one process never races itself for a shard.
+
+A waiting write whose caller is cancelled is dropped; one already released is waited for
+before the cancellation propagates (nothing the gate started outlives its caller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = ["WriteGate"]
+
+T = TypeVar("T")
+
+#: Decides from the waiting writes' tags whether they complete their group.
+Complete = Callable[[Sequence[Hashable]], bool]
+
+
+@dataclass(eq=False)
+class _Op:
+    run: Callable[[], Awaitable[Any]]
+    tag: Hashable
+    future: asyncio.Future[Any]
+    started: bool = False
+
+
+@dataclass(eq=False)
+class _Group:
+    pending: list[_Op] = field(default_factory=list)
+    busy: bool = False
+    first: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+    complete: Complete | None = None
+
+
+class WriteGate:
+    """Holds writes per group and releases each group's writes together (see the module
+    docstring). ``flush_at`` returns the number of waiting writes (all groups) that
+    releases every idle group at once; ``None``: only the window and ``complete`` do."""
+
+    def __init__(
+        self,
+        *,
+        window: float,
+        max_wait: float,
+        flush_at: Callable[[], int] | None = None,
+    ) -> None:
+        if window < 0 or max_wait < window:
+            raise ValueError("window must be >= 0 and max_wait >= window")
+        self.window = window
+        self.max_wait = max_wait
+        self.flush_at = flush_at
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._groups: dict[Hashable, _Group] = {}
+        self._waiting = 0
+
+    async def run(
+        self,
+        key: Hashable,
+        op: Callable[[], Awaitable[T]],
+        *,
+        tag: Hashable = None,
+        complete: Complete | None = None,
+    ) -> T:
+        """``await op()`` released together with the other writes of group ``key``."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new event loop: nothing of the old one carries over
+            self._loop, self._groups, self._waiting = loop, {}, 0
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+        item = _Op(op, tag, loop.create_future())
+        if not group.pending:
+            group.first = loop.time()
+        group.pending.append(item)
+        group.complete = complete
+        self._waiting += 1
+        self._consider(key, group)
+        try:
+            result: T = await asyncio.shield(item.future)
+            return result
+        except asyncio.CancelledError:
+            if not item.started:
+                if item in group.pending:
+                    group.pending.remove(item)
+                    self._waiting -= 1
+            elif not item.future.done():
+                await asyncio.wait([item.future])
+            raise
+
+    def _consider(self, key: Hashable, group: _Group) -> None:
+        """Release ``group`` now, or (re)arm its quiet timer."""
+        if group.busy or not group.pending:
+            return
+        limit = self.flush_at() if self.flush_at is not None else None
+        if limit is not None and self._waiting >= limit:
+            for other_key, other in list(self._groups.items()):
+                if not other.busy and other.pending:
+                    self._release(other_key, other)
+            return
+        tags = [op.tag for op in group.pending]
+        if group.complete is not None and group.complete(tags):
+            self._release(key, group)
+            return
+        loop = asyncio.get_running_loop()
+        if group.timer is not None:
+            group.timer.cancel()
+        delay = max(0.0, min(self.window, group.first + self.max_wait - loop.time()))
+        group.timer = loop.call_later(delay, self._fire, key, group)
+
+    def _fire(self, key: Hashable, group: _Group) -> None:
+        group.timer = None
+        if not group.busy and group.pending:
+            self._release(key, group)
+
+    def _release(self, key: Hashable, group: _Group) -> None:
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        batch, group.pending = group.pending, []
+        self._waiting -= len(batch)
+        group.busy = True
+        asyncio.get_running_loop().create_task(self._run_batch(key, group, batch))
+
+    async def _run_batch(self, key: Hashable, group: _Group, batch: list[_Op]) -> None:
+        """Start every write of ``batch`` in this tick and hand out the results."""
+        for op in batch:
+            op.started = True
+        try:
+            results = await asyncio.gather(*(op.run() for op in batch), return_exceptions=True)
+            for op, result in zip(batch, results, strict=True):
+                if op.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    op.future.set_exception(result)
+                else:
+                    op.future.set_result(result)
+        finally:
+            for op in batch:
+                if not op.future.done():
+                    op.future.cancel()
+            group.busy = False
+            if group.pending:
+                group.first = asyncio.get_running_loop().time()
+                self._consider(key, group)
+            elif self._groups.get(key) is group:
+                del self._groups[key]

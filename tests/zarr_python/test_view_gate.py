@@ -1,0 +1,84 @@
+"""The write gate of the inner-chunk view: chunk writes of one shard arriving a few ticks
+apart leave together (one shard write), counted at the backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+
+from asyncshard.backends import MemoryStore
+from asyncshard.views import UnshardedView
+from tests.zarr_python.helpers import sharded_doc
+
+#: 1-d uint8 array of 16 elements: shards of 8 = 4 inner chunks of 2 (2 shards).
+ARRAY = sharded_doc()
+
+
+async def _view(
+    window: float, flush_at: Callable[[], int] | None = None
+) -> tuple[MemoryStore, UnshardedView]:
+    inner = MemoryStore()
+    await inner.set("a/zarr.json", json.dumps(ARRAY).encode())
+    view = UnshardedView(inner, writable=True, write_window=window, write_flush_at=flush_at)
+    await view.get("a/zarr.json")  # the view knows the array
+    inner.stats.reset()
+    return inner, view
+
+
+async def _spaced(*writes: Callable[[], object]) -> None:
+    """Start the writes one event-loop tick apart; wait for all."""
+    tasks = []
+    for write in writes:
+        tasks.append(asyncio.ensure_future(write()))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+
+
+def _set(view: UnshardedView, i: int) -> Callable[[], object]:
+    return lambda: view.set(f"a/c/{i}", bytes([i, i]))
+
+
+async def test_writes_a_few_ticks_apart_make_one_shard_write() -> None:
+    inner, view = await _view(window=0.05)
+    await _spaced(_set(view, 0), _set(view, 1), lambda: view.erase_values(["a/c/2"]))
+    assert inner.stats.requests == {"get": 1, "put": 1}  # one read-merge-write
+    inner, view = await _view(window=0)  # without the gate: one shard write per tick
+    await _spaced(_set(view, 0), _set(view, 1), lambda: view.erase_values(["a/c/2"]))
+    assert inner.stats.requests == {"get": 3, "put": 3}
+
+
+async def test_a_whole_shard_leaves_at_once_without_a_read() -> None:
+    inner, view = await _view(window=30)
+    start = time.monotonic()
+    await _spaced(*(_set(view, i) for i in range(4)))
+    assert time.monotonic() - start < 5  # did not wait for the window
+    assert inner.stats.requests == {"put": 1}
+    assert await view.get("a/c/3") == bytes([3, 3])
+
+
+async def test_enough_waiting_writes_leave_at_once() -> None:
+    inner, view = await _view(window=30, flush_at=lambda: 3)
+    await asyncio.wait_for(_spaced(_set(view, 0), _set(view, 4), _set(view, 5)), 5)
+    assert inner.stats.requests == {"get": 2, "put": 2}  # two shards, one write each
+
+
+async def test_writes_arriving_during_a_shard_write_wait_for_it() -> None:
+    inner, view = await _view(window=30, flush_at=lambda: 1)  # every write leaves at once
+    await _spaced(_set(view, 0), _set(view, 1), _set(view, 2))
+    assert inner.stats.requests["put"] == 2  # the first alone; the others after it, together
+
+
+async def test_a_cancelled_waiting_write_writes_nothing() -> None:
+    _, view = await _view(window=0.05)
+    doomed = asyncio.ensure_future(view.set("a/c/0", b"\x07\x07"))
+    kept = asyncio.ensure_future(view.set("a/c/1", b"\x01\x01"))
+    await asyncio.sleep(0)
+    doomed.cancel()
+    await kept
+    with pytest.raises(asyncio.CancelledError):
+        await doomed
+    assert await view.get("a/c/0") is None and await view.get("a/c/1") == b"\x01\x01"
