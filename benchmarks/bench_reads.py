@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import random
 import resource
@@ -48,12 +49,12 @@ import obstore
 import tensorstore as ts
 from obstore.store import HTTPStore
 
-sys.path.insert(0, str(Path(__file__).parent))
-from nginx import Nginx
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asyncshard import open_store
 from asyncshard.cache import IndexCache
 from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore
+from benchmarks.common import bounded
+from benchmarks.nginx import Nginx
 
 SHAPE = (512, 512, 256)
 CHUNK = 32
@@ -161,14 +162,9 @@ async def measure(server: Nginx, n: int, work: Callable[[], Awaitable[object]]) 
     return Run(n, seconds, cpu_now() - before_cpu, server.requests() - before_requests)
 
 
-async def bounded(items: Sequence[Any], read: Callable[[Any], Awaitable[object]], n: int) -> None:
-    limit = asyncio.Semaphore(n)
-
-    async def one(item: Any) -> None:
-        async with limit:
-            await read(item)
-
-    await asyncio.gather(*(one(i) for i in items))
+async def in_flight(items: Sequence[Any], read: Callable[[Any], Awaitable[object]], n: int) -> None:
+    """``read`` every item, at most ``n`` at a time."""
+    await bounded(n, [functools.partial(read, item) for item in items])
 
 
 # ------------------------------------------------------------------------------- readers
@@ -187,7 +183,7 @@ async def zarr_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dic
     run = await measure(
         server,
         len(ranges),
-        lambda: bounded(
+        lambda: in_flight(
             ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT
         ),
     )
@@ -217,7 +213,7 @@ async def zarr_asyncshard(
         if in_flight is None:
             await asyncio.gather(*(store.get(k) for k in keys))
         else:
-            await bounded(keys, store.get, in_flight)
+            await in_flight(keys, store.get, in_flight)
 
     out = {
         "cold": await measure(server, len(cold), lambda: read(zarr_keys(cold))),
@@ -244,7 +240,7 @@ async def zarr_tensorstore(
             x, y, z = (v * CHUNK for v in c)
             await arr[x : x + CHUNK, y : y + CHUNK, z : z + CHUNK].read()
 
-        await bounded(coords, one, IN_FLIGHT)
+        await in_flight(coords, one, IN_FLIGHT)
 
     out = {
         "cold": await measure(server, len(cold), lambda: read(cold)),
@@ -269,7 +265,7 @@ async def zarr_python(server: Nginx, cold: list[Coords], warm: list[Coords]) -> 
             x, y, z = (v * CHUNK for v in c)
             await arr.getitem((slice(x, x + CHUNK), slice(y, y + CHUNK), slice(z, z + CHUNK)))
 
-        await bounded(coords, one, IN_FLIGHT)
+        await in_flight(coords, one, IN_FLIGHT)
 
     return {
         "cold": await measure(server, len(cold), lambda: read(cold)),
@@ -298,7 +294,7 @@ async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[
     run = await measure(
         server,
         len(ranges),
-        lambda: bounded(
+        lambda: in_flight(
             ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT
         ),
     )
@@ -318,7 +314,7 @@ async def pc_asyncshard(
         elif mode == "all":
             await asyncio.gather(*(scale.get_chunk(n) for n in names))
         else:
-            await bounded(names, scale.get_chunk, IN_FLIGHT)
+            await in_flight(names, scale.get_chunk, IN_FLIGHT)
 
     return {
         "cold": await measure(server, len(cold), lambda: read(cold)),
@@ -338,7 +334,7 @@ async def pc_tensorstore(server: Nginx, cold: list[Coords], warm: list[Coords]) 
             x, y, z = (v * CHUNK for v in c)
             await arr[x : x + CHUNK, y : y + CHUNK, z : z + CHUNK].read()
 
-        await bounded(coords, one, IN_FLIGHT)
+        await in_flight(coords, one, IN_FLIGHT)
 
     return {
         "cold": await measure(server, len(cold), lambda: read(cold)),

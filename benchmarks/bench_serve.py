@@ -42,8 +42,8 @@ import numpy as np
 import psutil
 import tensorstore as ts
 
-sys.path.insert(0, str(Path(__file__).parent))
-from nginx import Nginx
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.nginx import Nginx
 
 SERVE = [sys.executable, "-c", "from asyncshard.server.command import main; main()"]
 SHAPE, CHUNK, SHARD = (512, 512, 256), 32, (128, 64, 64)

@@ -42,10 +42,7 @@ import multiprocessing as mp
 import os
 import random
 import resource
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,7 +62,8 @@ import zarr.storage
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
 from asyncshard.zarr_python import ZarrStore
-from benchmarks.common import aws_profile, bounded, free_port, nginx_conf
+from benchmarks.common import aws_profile, bounded
+from benchmarks.nginx import Nginx as NginxServer
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server, start_moto
 
@@ -74,51 +72,11 @@ Coords = tuple[int, ...]
 # -- servers ------------------------------------------------------------------------------
 
 
-def ensure_nginx() -> str:
-    """The nginx binary; Debian's nginx-light is installed with apt-get when missing."""
-    found = shutil.which("nginx") or shutil.which("/usr/sbin/nginx")
-    if found:
-        return found
-    print("nginx is missing: apt-get install -y nginx-light", flush=True)
-    for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "nginx-light"]):
-        subprocess.run(args, check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    found = shutil.which("nginx") or shutil.which("/usr/sbin/nginx")
-    if not found:
-        raise SystemExit("nginx is needed: apt-get install nginx-light (Debian)")
-    return found
-
-
 @contextmanager
 def nginx(root: Path) -> Iterator[tuple[str, Callable[[], int]]]:
     """nginx serving ``root``: its base URL and a function counting the requests so far."""
-    binary = ensure_nginx()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
-    port = free_port()
-    log = tmp / "access.log"
-    (tmp / "nginx.conf").write_text(nginx_conf(tmp, port, root, access_log=log))
-    proc = subprocess.Popen([binary, "-c", str(tmp / "nginx.conf"), "-p", str(tmp)])
-
-    def count() -> int:
-        if not log.exists():
-            return 0
-        with log.open("rb") as f:
-            return sum(1 for _ in f)
-
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("nginx did not start") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}", count
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with NginxServer(root) as server:
+        yield server.url, server.requests
 
 
 def moto_child(latency: float, conn: Any) -> None:

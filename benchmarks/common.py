@@ -1,5 +1,5 @@
-"""What several benchmarks share: free ports, bounded concurrency, an nginx config, and
-AWS credentials files for tensorstore's ``s3`` kvstore (no credential chain is asked)."""
+"""What several benchmarks share: free ports, bounded concurrency, and AWS credentials
+files for tensorstore's ``s3`` kvstore (no credential chain is asked). nginx: ``nginx.py``."""
 
 from __future__ import annotations
 
@@ -8,30 +8,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-NGINX_CONF = """
-daemon off;
-worker_processes 1;
-error_log stderr error;
-pid {tmp}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-    access_log {access_log};
-    log_not_found off;
-    client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};
-    uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
-    sendfile on;
-    keepalive_requests 1000000;
-    server {{ listen 127.0.0.1:{port}; root {root}; }}
-}}
-"""
-
-
-def nginx_conf(tmp: Path, port: int, root: Path, access_log: Path | None = None) -> str:
-    """A throwaway nginx config: one worker, its own prefix ``tmp``, serving ``root`` on
-    ``port``; requests are logged to ``access_log`` (to count them) or not at all."""
-    log = "off" if access_log is None else str(access_log)
-    return NGINX_CONF.format(tmp=tmp, port=port, root=root, access_log=log)
 
 
 def free_port() -> int:

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from benchmarks.common import free_port
+
 CONFIG = """
 {user}
 worker_processes {workers};
@@ -63,12 +65,6 @@ def ensure_nginx() -> str:
     subprocess.run(["apt-get", "update", "-qq"], check=True)
     subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=True)
     return "/usr/sbin/nginx"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Nginx:
