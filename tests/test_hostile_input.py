@@ -181,3 +181,16 @@ def test_precomputed_shard_decoders(buf: bytes, size: int) -> None:
     only_typed_errors(lambda: split_shard(buf, SPEC, 0))
     only_typed_errors(lambda: gunzip_bounded(buf, 100))
     only_typed_errors(lambda: decode_chunk_data(gzip.compress(buf * 10), SPEC, max_nbytes=50))
+
+
+def test_numbers_json_accepts_but_no_array_has() -> None:
+    """JSON parses integers of up to 4,300 digits; their products are longer than Python
+    can even format. Dimensions are int64, so such documents are refused up front."""
+    huge = 10**4000 + 1
+    doc = copy.deepcopy(ZARR)
+    doc["shape"] = [huge, 40]
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = [huge, 16]
+    doc["codecs"][0]["configuration"]["chunk_shape"] = [huge, 4]
+    only_typed_errors(lambda: parse_zarr3_array(doc, key_prefix="arr/"))
+    raw = json.dumps(doc).encode()
+    only_typed_errors(lambda: parse_zarr3_array(parse_json_object(raw, "zarr.json")))

@@ -56,6 +56,8 @@ _SHARDING = "sharding_indexed"
 # digit strings are "not a chunk key" rather than a huge int (or a ValueError past 4300).
 #: More inner chunks per shard than this is refused: its index alone would be 256 MiB.
 MAX_CHUNKS_PER_SHARD = 2**24
+#: Array dimensions are int64, as in zarr-python and tensorstore.
+_INT64_END = 2**63
 
 KeyKind = Literal["default", "v2", "draft"]
 Separator = Literal["/", "."]
@@ -135,6 +137,8 @@ class ShardingLayout:
     def __post_init__(self) -> None:
         ndim = len(self.shape)
         shapes = (self.shard_shape, self.chunk_shape, self.chunks_per_shard)
+        if any(v >= _INT64_END for dims in (self.shape, *shapes) for v in dims):
+            raise InvalidMetadataError("array dimensions must be below 2**63 (int64)")
         if any(len(s) != ndim for s in shapes):
             raise InvalidMetadataError(
                 f"shape, shard_shape, chunk_shape and chunks_per_shard must all have "
@@ -293,8 +297,12 @@ def _list(value: object, path: str) -> list[Any]:
 
 def _int_tuple(value: object, path: str, *, minimum: int, ndim: int | None = None) -> Coords:
     items = _list(value, path)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in items):
-        raise InvalidMetadataError(f"{path}: expected integers >= {minimum}, got {value!r}")
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and minimum <= v < _INT64_END for v in items
+    ):
+        raise InvalidMetadataError(
+            f"{path}: expected integers in [{minimum}, 2**63), got {str(value)[:200]}"
+        )
     if ndim is not None and len(items) != ndim:
         raise InvalidMetadataError(f"{path}: expected {ndim} dimensions, got {len(items)}")
     return tuple(items)
