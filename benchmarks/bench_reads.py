@@ -162,7 +162,9 @@ async def measure(server: Nginx, n: int, work: Callable[[], Awaitable[object]]) 
     return Run(n, seconds, cpu_now() - before_cpu, server.requests() - before_requests)
 
 
-async def in_flight(items: Sequence[Any], read: Callable[[Any], Awaitable[object]], n: int) -> None:
+async def run_bounded(
+    items: Sequence[Any], read: Callable[[Any], Awaitable[object]], n: int
+) -> None:
     """``read`` every item, at most ``n`` at a time."""
     await bounded(n, [functools.partial(read, item) for item in items])
 
@@ -183,9 +185,7 @@ async def zarr_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dic
     run = await measure(
         server,
         len(ranges),
-        lambda: in_flight(
-            ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT
-        ),
+        lambda: run_bounded(ranges, lambda r: raw_range(raw, r), IN_FLIGHT),
     )
     return {"warm 32": run}
 
@@ -213,7 +213,7 @@ async def zarr_asyncshard(
         if in_flight is None:
             await asyncio.gather(*(store.get(k) for k in keys))
         else:
-            await in_flight(keys, store.get, in_flight)
+            await run_bounded(keys, store.get, in_flight)
 
     out = {
         "cold": await measure(server, len(cold), lambda: read(zarr_keys(cold))),
@@ -240,7 +240,7 @@ async def zarr_tensorstore(
             x, y, z = (v * CHUNK for v in c)
             await arr[x : x + CHUNK, y : y + CHUNK, z : z + CHUNK].read()
 
-        await in_flight(coords, one, IN_FLIGHT)
+        await run_bounded(coords, one, IN_FLIGHT)
 
     out = {
         "cold": await measure(server, len(cold), lambda: read(cold)),
@@ -265,12 +265,16 @@ async def zarr_python(server: Nginx, cold: list[Coords], warm: list[Coords]) -> 
             x, y, z = (v * CHUNK for v in c)
             await arr.getitem((slice(x, x + CHUNK), slice(y, y + CHUNK), slice(z, z + CHUNK)))
 
-        await in_flight(coords, one, IN_FLIGHT)
+        await run_bounded(coords, one, IN_FLIGHT)
 
     return {
         "cold": await measure(server, len(cold), lambda: read(cold)),
         "warm": await measure(server, len(warm), lambda: read(warm)),
     }
+
+
+def raw_range(raw: HTTPStore, r: tuple[str, int, int]) -> Awaitable[object]:
+    return obstore.get_range_async(raw, r[0], start=r[1], end=r[2])
 
 
 def chunk_names(coords: list[Coords]) -> list[str]:
@@ -294,9 +298,7 @@ async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[
     run = await measure(
         server,
         len(ranges),
-        lambda: in_flight(
-            ranges, lambda r: obstore.get_range_async(raw, r[0], start=r[1], end=r[2]), IN_FLIGHT
-        ),
+        lambda: run_bounded(ranges, lambda r: raw_range(raw, r), IN_FLIGHT),
     )
     return {"warm 32": run}
 
@@ -314,7 +316,7 @@ async def pc_asyncshard(
         elif mode == "all":
             await asyncio.gather(*(scale.get_chunk(n) for n in names))
         else:
-            await in_flight(names, scale.get_chunk, IN_FLIGHT)
+            await run_bounded(names, scale.get_chunk, IN_FLIGHT)
 
     return {
         "cold": await measure(server, len(cold), lambda: read(cold)),
@@ -334,7 +336,7 @@ async def pc_tensorstore(server: Nginx, cold: list[Coords], warm: list[Coords]) 
             x, y, z = (v * CHUNK for v in c)
             await arr[x : x + CHUNK, y : y + CHUNK, z : z + CHUNK].read()
 
-        await in_flight(coords, one, IN_FLIGHT)
+        await run_bounded(coords, one, IN_FLIGHT)
 
     return {
         "cold": await measure(server, len(cold), lambda: read(cold)),
