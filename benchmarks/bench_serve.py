@@ -12,7 +12,9 @@ each asyncshard server with ``--workers`` 1 and 2. ``wrk`` keeps ``--connections
 connections busy with GETs of random chunk URLs. Printed per server, median of
 ``--rounds`` interleaved rounds: requests/s, the server's CPU time per request (all its
 processes; robust when other work shares the machine) and the ratio of requests/s to
-one asyncshard worker on the same data. Every answer must be a 200.
+one current asyncshard worker on the same data (``x ref``). With ``--baseline-src``, an
+older source tree is served too (one worker), for a before/after in one run. Every
+answer must be a 200.
 
 wrk shares the machine with the server: on 2 cores, two workers compete with the load
 generator, so ``--workers 2`` gains less than on a machine with a core to spare. wrk
@@ -125,12 +127,20 @@ def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
 
 
 @contextmanager
-def asyncshard_serving(root: Path, workers: int, unshard: bool) -> Iterator[tuple[str, int]]:
-    """``asyncshard serve`` on a free port; yields its base URL and the parent's pid."""
-    args = [*SERVE, str(root), "--port", "0", "--quiet", "--workers", str(workers)]
+def asyncshard_serving(
+    root: Path, workers: int, unshard: bool, src: str | None = None
+) -> Iterator[tuple[str, int]]:
+    """``asyncshard serve`` on a free port; yields its base URL and the parent's pid.
+
+    ``src``: run the asyncshard of another source tree (``PYTHONPATH``), e.g. an older
+    commit's, which has no ``--workers`` (only 1 then)."""
+    args = [*SERVE, str(root), "--port", "0", "--quiet"]
+    if src is None:
+        args += ["--workers", str(workers)]
     if unshard:
         args.append("--unshard")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -184,6 +194,11 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--baseline-src",
+        help="also serve with the asyncshard of this source tree (e.g. a worktree of an "
+        "older commit's src/), one worker, for a before/after in the same run",
+    )
     args = parser.parse_args()
     wrk = ensure_wrk()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
@@ -193,6 +208,9 @@ def main() -> None:
         cases: list[tuple[str, str, int | None, bool]] = [
             ("nginx, flat files", "flat", None, False)
         ]
+        if args.baseline_src:
+            cases.append(("baseline serve, flat", "flat", 0, False))
+            cases.append(("baseline serve --unshard", "arr", 0, True))
         for workers in args.workers:
             cases.append((f"asyncshard serve, flat, --workers {workers}", "flat", workers, False))
             cases.append((f"asyncshard serve --unshard, --workers {workers}", "arr", workers, True))
@@ -204,7 +222,8 @@ def main() -> None:
                     with Nginx(root) as server:
                         measured = run_wrk_nginx(wrk, server, script, args)
                 else:
-                    with asyncshard_serving(root, workers, unshard) as (url, pid):
+                    src = args.baseline_src if workers == 0 else None
+                    with asyncshard_serving(root, max(workers, 1), unshard, src) as (url, pid):
                         run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
                         measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
                 results.setdefault(label, []).append(measured)
@@ -214,15 +233,17 @@ def main() -> None:
             f"{args.seconds:g} s, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
             f"load {load:.1f}"
         )
-        print(f"{'server':44} {'req/s':>8} {'CPU-us/req':>11} {'x 1 worker':>10}")
+        print(f"{'server':44} {'req/s':>8} {'CPU-us/req':>11} {'x ref':>10}")
         medians = {
             label: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
             for label, runs in results.items()
         }
         for label, (rate, cpu) in medians.items():
             base_label = label.replace("--workers 2", "--workers 1")
-            if label.startswith("nginx"):
+            if label.startswith(("nginx", "baseline serve, flat")):
                 base_label = "asyncshard serve, flat, --workers 1"
+            elif label.startswith("baseline serve --unshard"):
+                base_label = "asyncshard serve --unshard, --workers 1"
             base = medians.get(base_label, (rate, cpu))[0]
             print(f"{label:44} {rate:8.0f} {cpu:11.0f} {rate / base:10.2f}")
 
