@@ -179,6 +179,11 @@ class StoreStats:
 class Store(ABC):
     """Abstract async key-value store; see the module docstring for the conventions."""
 
+    #: A URL that :func:`~asyncshard.backends.open_store` opens to the same objects from
+    #: any process (what Dask workers open), or ``None`` when there is none (memory
+    #: stores, adapters, which present another key space).
+    url: str | None = None
+
     def __init__(
         self,
         *,

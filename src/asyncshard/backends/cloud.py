@@ -177,6 +177,8 @@ class CloudStore(Store):
         multipart_threshold: unconditional writes larger than this use multipart upload.
     """
 
+    url: str
+
     def __init__(
         self,
         url: str,

@@ -108,6 +108,7 @@ class LocalStore(Store):
     def __init__(self, root: str | os.PathLike[str], *, durable: bool = True, **options: int):
         super().__init__(**options)
         self.root = Path(os.path.abspath(root))
+        self.url = self.root.as_uri()
         self.durable = durable
         self._resolved_root: str | None = None
 

@@ -1,14 +1,15 @@
-"""Plumbing shared by the Zarr and precomputed conversions: stores, runners, JSON, deletes."""
+"""Plumbing of every conversion: opening the store, choosing the runner, JSON writes,
+deletes, and the synchronous twins of the ``*_async`` functions."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-from asyncshard.backends.local import LocalStore
 from asyncshard.backends.registry import open_store
 from asyncshard.convert.runner import DEFAULT_IN_FLIGHT, AsyncioRunner, DaskRunner, Runner
 from asyncshard.errors import ConflictError, ConversionError
@@ -16,15 +17,17 @@ from asyncshard.store import Store
 
 __all__ = [
     "DELETE_BATCH",
+    "blocking",
     "delete_keys",
     "make_runner",
     "opened",
-    "read_json",
     "run_sync",
     "write_json",
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+#: Keys per ``erase_values`` call: S3 deletes up to 1,000 keys per request.
 DELETE_BATCH = 1000
 
 
@@ -41,11 +44,11 @@ async def opened(
 
 
 def store_url(url_or_store: str | Store) -> str:
-    """A URL workers can open: the URL given, or a local store's folder."""
+    """A URL workers can open: the URL given, or the store's own :attr:`Store.url`."""
     if isinstance(url_or_store, str):
         return url_or_store
-    if isinstance(url_or_store, LocalStore):
-        return str(url_or_store.root)
+    if url_or_store.url is not None:
+        return url_or_store.url
     raise TypeError(
         f"Dask workers open the store from its URL; pass a URL instead of {url_or_store!r}"
     )
@@ -70,17 +73,6 @@ def make_runner(
     return AsyncioRunner(in_flight)
 
 
-async def read_json(store: Store, key: str) -> tuple[Any, str | None] | None:
-    """``(document, version)`` of a JSON object, ``None`` if missing or not JSON."""
-    got = await store.get_object(key)
-    if got is None:
-        return None
-    try:
-        return json.loads(bytes(got.data)), got.meta.version
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
 async def write_json(store: Store, key: str, doc: Any, version: str | None) -> str | None:
     """Replace a JSON object, only if it is still at ``version`` (when the store can tell).
 
@@ -97,7 +89,8 @@ async def write_json(store: Store, key: str, doc: Any, version: str | None) -> s
 
 
 async def delete_keys(store: Store, keys: Sequence[str]) -> None:
-    """Delete ``keys`` in batches (a huge list does not become a huge ``gather``)."""
+    """Delete ``keys`` in batches of :data:`DELETE_BATCH` (one bulk request each where the
+    backend has one; a huge list never becomes one huge ``gather``)."""
     for i in range(0, len(keys), DELETE_BATCH):
         await store.erase_values(keys[i : i + DELETE_BATCH])
 
@@ -112,3 +105,15 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError(
         "an event loop is running: await the *_async variant of this function instead"
     )
+
+
+def blocking(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """The synchronous twin of a ``*_async`` function: same arguments, same result."""
+
+    @functools.wraps(func)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(func(*args, **kwargs))
+
+    run.__name__ = run.__qualname__ = func.__name__.removesuffix("_async")
+    run.__doc__ = f"Synchronous :func:`{func.__name__}`.\n\n{func.__doc__ or ''}"
+    return run
