@@ -179,11 +179,6 @@ class StoreStats:
 class Store(ABC):
     """Abstract async key-value store; see the module docstring for the conventions."""
 
-    #: A URL that :func:`~asyncshard.backends.open_store` opens to the same objects from
-    #: any process (what Dask workers open), or ``None`` when there is none (memory
-    #: stores, adapters, which present another key space).
-    url: str | None = None
-
     def __init__(
         self,
         *,
@@ -228,6 +223,11 @@ class Store(ABC):
         """Whether :meth:`delete_if_match` works."""
         return False
 
+    @property
+    def url(self) -> str | None:
+        """A URL ``open_store`` reopens this store from (with the same options), if any."""
+        return None
+
     # -- backend primitives -------------------------------------------------------------
 
     @abstractmethod
@@ -249,6 +249,27 @@ class Store(ABC):
     async def _delete(self, key: str) -> None:
         """Delete one object; a missing object is not an error."""
         raise ReadOnlyError(f"{self!r} is read-only")
+
+    async def _copy(self, source: str, target: str) -> int | None:
+        """Copy one object to another key (atomically replacing it); return its size, or
+        ``None`` if ``source`` is missing. The default reads and writes it; backends
+        that copy without moving the bytes (hard links, server-side copies) override it."""
+        got = await self._bounded(self._get(source, None, None))
+        if got is None:
+            return None
+        await self._bounded(self._put(target, got.data, None, False))
+        return len(got.data)
+
+    async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
+        """Read distinct whole objects. The default reads each under the concurrency
+        bound; backends that read a batch more cheaply (one worker thread) override it."""
+        return list(await asyncio.gather(*(self._bounded(self._get(k, None, None)) for k in keys)))
+
+    async def _put_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        """Write distinct objects unconditionally, each atomically; return their versions.
+        The default writes each under the concurrency bound; backends override it."""
+        puts = (self._bounded(self._put(k, v, None, False)) for k, v in items)
+        return list(await asyncio.gather(*puts))
 
     async def _delete_if_match(self, key: str, version: str) -> None:
         """Delete one object only if it is at ``version``; ``ConflictError`` otherwise."""
@@ -408,6 +429,20 @@ class Store(ABC):
                 start, end = resolve(part, len(view))
                 out[i] = self._returned(view[start:end])
 
+    async def get_many(self, keys: Sequence[str]) -> list[Data | None]:
+        """Whole objects in input order (``None`` if missing), read as one backend batch:
+        what a converter reading a shard's worth of chunk objects wants. Counts one
+        ``get`` per distinct key."""
+        keys = [validate_key(k) for k in keys]
+        unique = list(dict.fromkeys(keys))
+        self.stats.requests["get"] += len(unique)
+        found: dict[str, Data] = {}
+        for key, result in zip(unique, await self._get_many(unique), strict=True):
+            if result is not None:
+                self.stats.bytes_fetched += len(result.data)
+                found[key] = result.data
+        return [self._returned(found.get(k)) for k in keys]
+
     # -- writes -------------------------------------------------------------------------
 
     async def set(
@@ -425,6 +460,31 @@ class Store(ABC):
         self.stats.requests["put"] += 1
         self.stats.bytes_written += len(value)
         return await self._bounded(self._put(key, value, if_match, if_absent))
+
+    async def set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        """Write many objects unconditionally as one backend batch; return their versions.
+
+        Each object is written atomically (a failure leaves it as it was), but a failed
+        batch may have written some of the others. Keys must be distinct.
+        """
+        keys = [validate_key(k) for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError("set_many: duplicate keys")
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["put"] += len(keys)
+        self.stats.bytes_written += sum(len(v) for _, v in items)
+        return await self._put_many(items)
+
+    async def copy(self, source: str, target: str) -> int | None:
+        """Copy object ``source`` to ``target`` (replacing it atomically); return the size
+        copied, or ``None`` if ``source`` does not exist. Counted as one ``copy``."""
+        validate_key(source)
+        validate_key(target)
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["copy"] += 1
+        return await self._copy(source, target)
 
     async def set_partial_values(
         self, key_start_values: Iterable[tuple[str, int, BytesLike]]

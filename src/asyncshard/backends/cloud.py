@@ -177,8 +177,6 @@ class CloudStore(Store):
         multipart_threshold: unconditional writes larger than this use multipart upload.
     """
 
-    url: str
-
     def __init__(
         self,
         url: str,
@@ -210,7 +208,7 @@ class CloudStore(Store):
         kind = SCHEMES.get(parts.scheme.lower())
         if kind is None:
             raise StoreConfigError(f"CloudStore cannot open {url!r}: unsupported scheme")
-        self.url = url
+        self._url = url
         self.kind = kind
         self.bucket = parts.netloc
         self.prefix = unquote(parts.path).strip("/")
@@ -265,6 +263,11 @@ class CloudStore(Store):
 
     def __repr__(self) -> str:
         return f"CloudStore({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from."""
+        return self._url
 
     def _endpoint(self, cfg: Mapping[str, Any]) -> str:
         """The configured endpoint or base URL, to decide whether plain HTTP is intended."""

@@ -13,7 +13,6 @@ repacks and copies shards) and :class:`PrecomputedExecutor`.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
@@ -80,9 +79,7 @@ class ChunkMover(ABC, Generic[Obj]):
         """Do one task."""
         if task.kind == "pack":
             assert task.target is not None
-            values = await self.store.get_partial_values(
-                [(self.source_key(o), None) for o in task.sources]
-            )
+            values = await self.store.get_many([self.source_key(o) for o in task.sources])
             return await self.write_shard(task.target, task.sources, values)
         if task.kind == "unpack":
             return await self.unpack(task)
@@ -125,7 +122,8 @@ class ChunkMover(ABC, Generic[Obj]):
         pieces = self.split(shard, key, buf)
         existing = set(task.existing)
         writes = [(self.target_key(o), d) for o, d in pieces if o not in existing]
-        await asyncio.gather(*(self.store.set(k, d) for k, d in writes))
+        if writes:
+            await self.store.set_many(writes)
         written = sum(len(d) for _, d in writes)
         chunks = self.moved([o for o, _ in pieces])
         return TaskResult(
@@ -209,17 +207,19 @@ class ZarrExecutor(ChunkMover[Coords]):
         return await self.write_shard(task.target, chunks, values)
 
     async def _copy(self, task: Task[Coords]) -> TaskResult:
+        """Same object, other key: ``Store.copy`` (a hard link on local files, where no
+        byte moves); a shard's index is read to know the chunks it holds."""
         (obj,) = task.sources
         assert task.target is not None
-        buf = await self.store.get(self.src.object_key(obj))
-        if buf is None:
-            return TaskResult(0, 0, 0, 0)
-        if self.src.index is not None:
-            chunks = tuple(c for c, _ in self.split(obj, self.src.object_key(obj), buf))
+        nread = 0
+        if self.src.sharded:
+            chunks, nread = await read_present_chunks(self.store, self.src, obj)
         else:
-            chunks = (obj,)
-        await self.store.set(self.dst.object_key(task.target), buf)
-        return TaskResult(len(chunks), 1, len(buf), len(buf), chunks)
+            chunks = [obj]
+        size = await self.store.copy(self.src.object_key(obj), self.dst.object_key(task.target))
+        if size is None:
+            return TaskResult(0, 0, nread, 0)
+        return TaskResult(len(chunks), 1, nread, size, tuple(chunks))
 
 
 class PrecomputedExecutor(ChunkMover[str]):
