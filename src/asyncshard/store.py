@@ -260,6 +260,10 @@ class Store(ABC):
         await self._bounded(self._put(target, got.data, None, False))
         return len(got.data)
 
+    async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        """Copy objects (distinct targets); the default copies each concurrently."""
+        return list(await asyncio.gather(*(self._copy(a, b) for a, b in pairs)))
+
     async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
         """Read distinct whole objects. The default reads each under the concurrency
         bound; backends that read a batch more cheaply (one worker thread) override it."""
@@ -485,6 +489,19 @@ class Store(ABC):
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["copy"] += 1
         return await self._copy(source, target)
+
+    async def copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        """:meth:`copy` for many ``(source, target)`` pairs as one backend batch; targets
+        must be distinct. Sizes in input order (``None``: source missing)."""
+        for source, target in pairs:
+            validate_key(source)
+            validate_key(target)
+        if len({t for _, t in pairs}) != len(pairs):
+            raise ValueError("copy_many: duplicate targets")
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["copy"] += len(pairs)
+        return await self._copy_many(pairs)
 
     async def set_partial_values(
         self, key_start_values: Iterable[tuple[str, int, BytesLike]]

@@ -47,7 +47,11 @@ async def test_copy(store: Store) -> None:
     assert await store.get("s/a") == b"source bytes"
     assert await store.copy("s/missing", "t/x") is None
     assert await store.get("t/x") is None
-    assert store.stats.requests["copy"] == 3
+    assert await store.copy_many([("s/a", "m/1"), ("s/missing", "m/2")]) == [12, None]
+    assert await store.get("m/1") == b"source bytes" and await store.get("m/2") is None
+    assert store.stats.requests["copy"] == 5
+    with pytest.raises(ValueError, match="duplicate"):
+        await store.copy_many([("s/a", "m/1"), ("s/a", "m/1")])
 
 
 async def test_local_copy_is_a_link_and_leaves_no_temp_files(tmp_path: Path) -> None:
@@ -66,3 +70,17 @@ async def test_local_failed_batch_leaves_no_temp_files(tmp_path: Path) -> None:
         await store.set_many([("g/1", b"1"), ("f/x", b"2")])
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TMP_PREFIX)]
     assert await store.get("f") == b"a file"
+
+
+async def test_local_batches_follow_links_inside_the_root(tmp_path: Path) -> None:
+    """A link inside the root is an alias for batches too (folders resolved once)."""
+    store = LocalStore(tmp_path / "root")
+    await store.set("d/real", b"target")
+    os.symlink(tmp_path / "root" / "d" / "real", tmp_path / "root" / "d" / "alias")
+    os.symlink(tmp_path / "root" / "d", tmp_path / "root" / "folder-alias")
+    assert await store.get_many(["d/alias", "folder-alias/real"]) == [b"target", b"target"]
+    await store.set_many([("d/alias", b"written through")])
+    assert await store.get("d/real") == b"written through"
+    os.symlink("/etc/hostname", tmp_path / "root" / "d" / "escape")
+    with pytest.raises(InvalidKeyError):
+        await store.get_many(["d/escape"])

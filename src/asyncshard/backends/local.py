@@ -8,7 +8,7 @@
   prefix without keys (as on object stores).
 * ``copy`` makes a hard link (under a temp name renamed over the target): no bytes
   move, and deleting the source later frees nothing on disk.
-* Batches (``get_many``, ``set_many``) take one worker thread each instead of one per
+* Batches (``get_many``, ``set_many``, ``copy_many``) take one worker thread each instead of one per
   object; a batch of writes is made durable by one ``syncfs`` of the file system before
   its renames instead of one ``fsync`` per file (group commit: the same guarantee,
   data on disk before any object points at it).
@@ -206,9 +206,9 @@ class LocalStore(Store):
     # -- reads --------------------------------------------------------------------------
 
     def _read(
-        self, key: str, byte_range: ByteRange | None, if_match: str | None
+        self, key: str, byte_range: ByteRange | None, if_match: str | None, path: str = ""
     ) -> GetResult | None:
-        path = self._resolve(key)
+        path = path or self._resolve(key)
         try:
             with open(path, "rb", opener=_open_no_follow) as f:
                 st = os.fstat(f.fileno())
@@ -341,16 +341,17 @@ class LocalStore(Store):
     ) -> str | None:
         return await asyncio.to_thread(self._write, key, data, if_match, if_absent)
 
-    def _link(self, source: str, target: str) -> int | None:
+    def _link(self, source: str, target: str, folders: dict[str, str] | None = None) -> int | None:
         """Copy by hard link: a new name for the same file, made atomically (a temp name
         renamed over ``target``). Safe because no write ever changes a file in place
         (every write is a new file renamed over the old one). Copies the bytes where
         links are refused (another file system, a file system without links)."""
-        src = self._resolve(source)
+        resolve = self._resolve if folders is None else lambda k: self._batch_path(k, folders)
+        src = resolve(source)
         meta = self._meta_at(src, source)
         if meta is None:
             return None
-        path = self._resolve(target)
+        path = resolve(target)
         folder = os.path.dirname(path)
         created: list[str] = []
         tmp = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
@@ -382,10 +383,29 @@ class LocalStore(Store):
     async def _copy(self, source: str, target: str) -> int | None:
         return await asyncio.to_thread(self._link, source, target)
 
+    def _link_batch(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        folders: dict[str, str] = {}
+        return [self._link(source, target, folders) for source, target in pairs]
+
+    async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        return await self._bounded(asyncio.to_thread(self._link_batch, pairs))
+
     # -- batches: one worker thread per batch -------------------------------------------
 
+    def _batch_path(self, key: str, folders: dict[str, str]) -> str:
+        """The real path of ``key`` (as :meth:`_resolve`), resolving each folder once per
+        batch: one ``lstat`` per object instead of one per path component. A name that
+        is itself a link gets the full resolution (links are aliases)."""
+        parent, _, name = key.rpartition("/")
+        folder = folders.get(parent)
+        if folder is None:
+            folder = folders[parent] = self._resolve(parent) if parent else self._real_root()
+        path = os.path.join(folder, name)
+        return self._resolve(key) if os.path.islink(path) else path
+
     def _read_batch(self, keys: Sequence[str]) -> list[GetResult | None]:
-        return [self._read(key, None, None) for key in keys]
+        folders: dict[str, str] = {}
+        return [self._read(key, None, None, self._batch_path(key, folders)) for key in keys]
 
     async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
         return await self._bounded(asyncio.to_thread(self._read_batch, keys))
@@ -398,9 +418,10 @@ class LocalStore(Store):
         staged: list[tuple[str, str, str, list[str]]] = []  # key, tmp, path, folders made
         versions: list[str | None] = []
         key, path, renamed = "", "", 0
+        folders: dict[str, str] = {}
         try:
             for key, data in items:
-                path = self._resolve(key)
+                path = self._batch_path(key, folders)
                 created: list[str] = []
                 fd, tmp = self._create_temp(os.path.dirname(path), created)
                 staged.append((key, tmp, path, created))

@@ -43,6 +43,10 @@ __all__ = [
     "resolve_target",
 ]
 
+#: Unsharded objects copied by one task (their keys change, nothing else).
+COPY_GROUP = 256
+
+
 def normalize_shard_shape(shard_shape: int | Sequence[int] | None, ndim: int) -> Coords | None:
     """Chunks per shard for an ``ndim``-d array: an int means every axis."""
     if shard_shape is None:
@@ -159,7 +163,14 @@ def plan_pass(
     ignored = len(found) - len(inside)
     done = set(dst_objects)
     if src.sharded == dst.sharded and src.cps == dst.cps and src.index == dst.index:
-        return [_copy_or_index(o, done) for o in inside], ignored
+        if src.sharded:  # one shard per task: shards can be large
+            return [_copy_or_index(o, done) for o in inside], ignored
+        todo = [o for o in inside if o not in done]  # small objects: a group per task
+        copies = [
+            Task[Coords]("copy", None, tuple(todo[i : i + COPY_GROUP]))
+            for i in range(0, len(todo), COPY_GROUP)
+        ]
+        return copies + [Task("index", o, ()) for o in inside if o in done], ignored
     if not src.sharded:  # flat -> sharded
         groups: dict[Coords, list[Coords]] = {}
         for chunk in inside:

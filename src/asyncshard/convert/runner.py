@@ -55,7 +55,8 @@ class Task(Generic[Obj]):
     * ``unpack``: the chunks of source shard ``sources[0]``; ``existing`` lists the
       target chunks already written by an interrupted run (skipped);
     * ``copy``: object ``sources[0]`` copied verbatim to ``target`` (same objects, other
-      keys);
+      keys), or with no ``target`` each of ``sources`` to the same name in the target
+      layout (a group of small objects);
     * ``index``: ``target`` exists from an interrupted run: only read what it holds.
     """
 

@@ -209,8 +209,13 @@ class ZarrExecutor(ChunkMover[Coords]):
     async def _copy(self, task: Task[Coords]) -> TaskResult:
         """Same object, other key: ``Store.copy`` (a hard link on local files, where no
         byte moves); a shard's index is read to know the chunks it holds."""
+        if task.target is None:  # a group of unsharded objects, copied concurrently
+            pairs = [(self.src.object_key(o), self.dst.object_key(o)) for o in task.sources]
+            sizes = await self.store.copy_many(pairs)
+            found = [(o, n) for o, n in zip(task.sources, sizes, strict=True) if n is not None]
+            written = sum(n for _, n in found)
+            return TaskResult(len(found), len(found), 0, written, tuple(o for o, _ in found))
         (obj,) = task.sources
-        assert task.target is not None
         nread = 0
         if self.src.sharded:
             chunks, nread = await read_present_chunks(self.store, self.src, obj)
