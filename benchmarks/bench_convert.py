@@ -243,12 +243,16 @@ def spawn(argv: list[str], env: dict[str, str] | None = None) -> tuple[dict[str,
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise RuntimeError(f"{argv[:4]} failed with status {proc.returncode}")
-    if argv[0] == "cp":
+    if argv[0] == "cp" and not proc.returncode:
         seconds = time.perf_counter() - started
         return {"s": seconds, "user": usage.ru_utime, "sys": usage.ru_stime, "rss": 0}, usage
-    return json.loads(out.strip().splitlines()[-1]), usage
+    lines = out.strip().splitlines()
+    if not lines or not lines[-1].startswith("{"):
+        raise RuntimeError(f"{argv[:4]} failed with status {proc.returncode}")
+    answer: dict[str, Any] = json.loads(lines[-1])
+    if proc.returncode:  # finished its job (checked afterwards), then died while exiting
+        answer["exit"] = proc.returncode
+    return answer, usage
 
 
 # --------------------------------------------------------------------------- the driver
@@ -382,6 +386,9 @@ def report(jobs: list[Job], header: str) -> None:
             ratio = "" if base is None or tool in ours else f"{wall / base:.2f}x"
             if res.failure:
                 ratio += f" (its result does not read back: {res.failure})"
+            exits = [r["exit"] for r in res.runs if "exit" in r]
+            if exits:
+                ratio += f" ({len(exits)} of {len(res.runs)} runs exited with status {exits[0]})"
             print(
                 f"| {job.name} | {tool} | {wall:.2f} | {job.nbytes / wall / MB:.0f} | "
                 f"{job.objects / wall:,.0f} | {cpu:.2f} | {rss_text(res.median('rss'))} | "

@@ -483,16 +483,11 @@ class Store(ABC):
     async def copy(self, source: str, target: str) -> int | None:
         """Copy object ``source`` to ``target`` (replacing it atomically); return the size
         copied, or ``None`` if ``source`` does not exist. Counted as one ``copy``."""
-        validate_key(source)
-        validate_key(target)
-        if not self.supports_writes:
-            raise ReadOnlyError(f"{self!r} is read-only")
-        self.stats.requests["copy"] += 1
-        return await self._copy(source, target)
+        return (await self.copy_many([(source, target)]))[0]
 
     async def copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
-        """:meth:`copy` for many ``(source, target)`` pairs as one backend batch; targets
-        must be distinct. Sizes in input order (``None``: source missing)."""
+        """:meth:`copy` for many ``(source, target)`` pairs as one backend batch (one
+        ``copy`` counted each); targets must be distinct. Sizes in input order."""
         for source, target in pairs:
             validate_key(source)
             validate_key(target)
