@@ -1,243 +1,538 @@
 #!/usr/bin/env python
-"""Converting a flat local Zarr array to sharded and back: throughput and peak memory.
+"""Conversion beside its peers, in one run: wall time, MB/s, objects/s, CPU, peak RSS.
 
-A flat uint8 array of ``--size`` bytes (default 1 GiB) with uncompressed ``--chunk``^3
-chunks (default 64^3 = 256 KiB) is written to a temporary folder. Then, through the
-same :class:`LocalStore` settings (fsync on every write unless ``--no-fsync``):
+Jobs (every one run on a fresh copy of the same input, interleaved over ``--rounds``
+rounds, median kept; every result is read back and checked before it counts):
 
-* **copy**: every chunk object read and written under a new key (the plain copy of the
-  same bytes, through the Store API, ``--in-flight`` groups of one shard's worth of
-  chunks at a time), and ``shutil.copytree`` for reference (OS-level copy);
-* **shard**: ``shard_store_async(.., --shard)``, flat -> sharded;
-* **unshard**: ``unshard_store_async``, back to flat.
+* **zarr** — a flat uint8 Zarr v3 array, ``--size``^3 with uncompressed ``--chunk``^3
+  chunks (default 512^3 / 32^3: 4,096 objects, 134 MB):
 
-Printed: the best of ``--repeat`` rounds (default 2; the disk's speed varies) in seconds,
-MB/s and the ratio of each row's throughput to the Store copy.
-Dirty pages are flushed (``os.sync``) before each timed step so that one step's
-writeback does not slow the next; the data stays in the page cache (no cache dropping).
+  * shard into ``--shard``^3-chunk shards: asyncshard ``shard_store`` (in place) vs
+    tensorstore copying the array into a sharded array;
+  * unshard the sharded array: asyncshard ``unshard_store`` vs tensorstore's copy;
+  * reshard ``--shard`` -> ``--reshard``: asyncshard ``reshard`` (keys kept: two
+    passes; and ``separator="/"``: one pass) vs tensorstore's copy;
+* **vectors** — a zarr-vectors points store (``--points`` points with a vertex
+  attribute on a ``--grid``^3 cell grid; default 6 M points, 36,507 objects, 85 MB):
+  asyncshard ``shard_store`` vs zarr-vectors' ``shard_store``, and ``unshard_store``
+  vs zarr-vectors' ``unshard_store`` (slow: ``--vectors-unshard-rounds``, default 1);
+* ``cp -r`` of each input, as the floor of what touching every object costs.
 
-Memory: each conversion is also run in a fresh subprocess with ``tracemalloc`` (peak
-Python allocations: chunk and shard buffers) and the peak resident set size (``VmHWM``
-reset just before the conversion, minus the RSS then), for ``--in-flight`` 1, 2 and 4
-(or ``--memory-in-flight``), next to ``in_flight x shard size``. Run from the repository
-root::
+``--backend local`` uses a folder (``--dir``); ``--backend s3`` serves a folder with
+``rclone serve s3`` (tests/servers/s3.py; jobs that read byte ranges go through the
+proxy that fixes rclone's ranged answers, for every tool alike) and runs every tool on
+its S3 URLs (zarr-vectors through an obstore ``S3Store``); ``cp -r`` stays a local copy
+of the same files, the floor of the disk below rclone.
 
-    python benchmarks/bench_convert.py                 # 1 GiB, about a minute
-    python benchmarks/bench_convert.py --size 256M --no-fsync
+Each measurement runs in a fresh subprocess (imports excluded from wall and CPU; peak
+RSS is the child's ``ru_maxrss``). Dirty pages are flushed before each run; the page
+cache stays warm. Check ``uptime`` first: the numbers mean something only on a quiet
+machine; the load average is printed with the table. From the repository root::
+
+    python benchmarks/bench_convert.py                       # local, defaults of the issue
+    python benchmarks/bench_convert.py --backend s3 --jobs zarr
+    python benchmarks/bench_convert.py --size 256 --points 1000000 --grid 12 --rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import hashlib
 import json
-import math
 import os
-import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
 
-from asyncshard.backends import LocalStore
-from asyncshard.convert import shard_store_async, unshard_store_async
-
-MiB = 2**20
+MB = 1e6
 
 
-def parse_size(text: str) -> int:
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    text = text.strip().lower().removesuffix("ib").removesuffix("b")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+# --------------------------------------------------------------------------- inputs
 
 
-def make_flat(root: Path, size: int, chunk: int) -> tuple[int, int]:
-    """A flat uint8 array of about ``size`` bytes; returns (chunks, bytes)."""
-    chunk_bytes = chunk**3
-    per_plane = 16 * 16
-    grid = (max(1, math.ceil(size / (chunk_bytes * per_plane))), 16, 16)
-    shape = [g * chunk for g in grid]
-    doc = {
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": shape,
-        "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk] * 3}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0,
-        "codecs": [{"name": "bytes"}],
-        "attributes": {},
+def make_flat(root: Path, size: int, chunk: int) -> None:
+    """A flat uint8 array of ``size``^3 with uncompressed ``chunk``^3 chunks."""
+    import numpy as np
+    import zarr
+
+    arr = zarr.create_array(
+        str(root), shape=(size,) * 3, chunks=(chunk,) * 3, dtype="uint8", compressors=None
+    )
+    rng = np.random.default_rng(0)
+    for i in range(0, size, chunk):
+        arr[i : i + chunk] = rng.integers(0, 256, (chunk, size, size), dtype=np.uint8)
+
+
+def make_vectors(root: Path, points: int, grid: int) -> None:
+    """A zarr-vectors points store: ``points`` points with a float16 attribute."""
+    import numpy as np
+    from zarr_vectors.types.points import write_points
+
+    rng = np.random.default_rng(0)
+    pos = rng.uniform(0, 100.0 * grid, (points, 3)).astype("float32")
+    weight = rng.random(points).astype("float16")
+    write_points(str(root), pos, chunk_shape=(100.0,) * 3, vertex_attributes={"w": weight})
+
+
+def census(root: Path) -> tuple[int, int]:
+    """Number of files and bytes below ``root``."""
+    n = size = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            n += 1
+            size += os.path.getsize(os.path.join(folder, name))
+    return n, size
+
+
+def array_digest(url: str, storage: dict[str, Any] | None) -> str:
+    """sha256 of the array's values, read by tensorstore (any layout)."""
+    import tensorstore as ts
+
+    arr = ts.open(ts_spec(url, storage), read=True).result()
+    return hashlib.sha256(arr.read().result().tobytes()).hexdigest()
+
+
+def vectors_digest(path: str) -> str:
+    """sha256 of every point and attribute zarr-vectors reads (sorted: order-free)."""
+    import numpy as np
+    from zarr_vectors.types.points import read_points
+
+    got = read_points(path, attribute_names=["w"])
+    pos = np.asarray(got["positions"])
+    rows = np.concatenate([pos, np.asarray(got["vertex_attributes"]["w"], "f4")[:, None]], 1)
+    rows = rows[np.lexsort(rows.T[::-1])]
+    return hashlib.sha256(rows.tobytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def ts_kvstore(url: str, storage: dict[str, Any] | None) -> dict[str, Any]:
+    if not url.startswith("s3://"):
+        return {"driver": "file", "path": url}
+    assert storage is not None
+    bucket, _, path = url.removeprefix("s3://").partition("/")
+    return {
+        "driver": "s3",
+        "bucket": bucket,
+        "path": path + "/",
+        "endpoint": storage["endpoint"],
+        "aws_region": storage["region"],
+        "aws_credentials": {"type": "environment"},
     }
-    root.mkdir(parents=True)
-    (root / "zarr.json").write_text(json.dumps(doc))
-    pool = np.random.default_rng(0).integers(0, 256, 2 * chunk_bytes, dtype=np.uint8).tobytes()
-    n = 0
-    for i in range(grid[0]):
-        for j in range(grid[1]):
-            folder = root / "c" / str(i) / str(j)
-            folder.mkdir(parents=True)
-            for k in range(grid[2]):
-                offset = (n * 7919) % chunk_bytes
-                (folder / str(k)).write_bytes(pool[offset : offset + chunk_bytes])
-                n += 1
-    return n, n * chunk_bytes
 
 
-async def store_copy(src: Path, dst: Path, group: int, in_flight: int, durable: bool) -> None:
-    """Copy every chunk through the Store API, ``in_flight`` groups of ``group`` at once."""
-    source, target = LocalStore(src, durable=durable), LocalStore(dst, durable=durable)
-    keys = [k async for k in source.list_prefix("c/")]
-    groups = [keys[i : i + group] for i in range(0, len(keys), group)]
-    limit = asyncio.Semaphore(in_flight)
+def ts_spec(url: str, storage: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    return {"driver": "zarr3", "kvstore": ts_kvstore(url, storage), **extra}
 
-    async def copy(members: list[str]) -> None:
-        async with limit:
-            values = await source.get_partial_values([(k, None) for k in members])
-            await asyncio.gather(
-                *(target.set(k, v) for k, v in zip(members, values, strict=True) if v)
+
+def sharded_codecs(chunk: int, shard: int | None) -> list[dict[str, Any]]:
+    if shard is None:
+        return [{"name": "bytes"}]
+    index = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+    config = {"chunk_shape": [chunk] * 3, "codecs": [{"name": "bytes"}], "index_codecs": index}
+    return [{"name": "sharding_indexed", "configuration": {**config, "index_location": "end"}}]
+
+
+# --------------------------------------------------------------------------- one run (child)
+
+
+def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run one job in this (fresh) process; return wall and CPU seconds."""
+    import asyncio
+    import resource
+
+    storage = args.get("storage")
+    src, dst = args["src"], args.get("dst")
+    run: Callable[[], Any]
+    if job.startswith("asyncshard-"):
+        from asyncshard.convert import reshard_async, shard_store_async, unshard_store_async
+
+        options: dict[str, Any] = {"storage_options": storage} if storage else {}
+        what = job.removeprefix("asyncshard-")
+        if what == "shard":
+            coro = lambda: shard_store_async(src, args["shard"], **options)  # noqa: E731
+        elif what == "unshard":
+            coro = lambda: unshard_store_async(src, **options)  # noqa: E731
+        elif what == "reshard":
+            coro = lambda: reshard_async(src, args["shard"], **options)  # noqa: E731
+        else:  # reshard in one pass: the other separator
+            coro = lambda: reshard_async(src, args["shard"], separator="/", **options)  # noqa: E731
+        run = lambda: asyncio.run(coro())  # noqa: E731
+    elif job == "tensorstore":
+        import tensorstore as ts
+
+        context = ts.Context({"cache_pool": {"total_bytes_limit": 0}})
+        source = ts.open(ts_spec(src, storage), read=True, context=context).result()
+        shape = list(source.shape)
+        target_shape = args["chunk"] * (args["shard"] or 1)
+        metadata = {
+            "shape": shape,
+            "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [target_shape] * 3}},
+            "chunk_key_encoding": {"name": "default"},
+            "codecs": sharded_codecs(args["chunk"], args["shard"]),
+            "fill_value": 0,
+        }
+
+        def run() -> None:
+            spec = ts_spec(dst, storage, metadata=metadata)
+            target = ts.open(spec, create=True, context=context).result()
+            target.write(source).result()
+
+    elif job.startswith("zarr-vectors-"):
+        from zarr_vectors import sharding
+
+        where: Any = src
+        if src.startswith("s3://"):  # zarr-vectors takes an obstore store
+            from obstore.store import S3Store
+
+            bucket, _, prefix = src.removeprefix("s3://").partition("/")
+            where = S3Store(
+                bucket,
+                prefix=prefix,
+                endpoint=storage["endpoint"],
+                access_key_id=storage["access_key_id"],
+                secret_access_key=storage["secret_access_key"],
+                region=storage["region"],
+                client_options={"allow_http": True},
             )
-
-    await asyncio.gather(*(copy(g) for g in groups))
-
-
-def timed(label: str, seconds: float, nbytes: int, base: float | None) -> float:
-    rate = nbytes / seconds / 1e6
-    ratio = "" if base is None else f"  {rate / base:5.2f}x copy"
-    print(f"{label:<28} {seconds:7.2f} s  {rate:8.1f} MB/s{ratio}")
-    return rate
-
-
-def status(field: str) -> int:
-    """A ``/proc/self/status`` memory field in bytes (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def reset_peak_rss() -> None:
-    """Make VmHWM restart from the current RSS (Linux >= 4.0)."""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def measure(path: str, what: str, shard: int, in_flight: int, durable: bool) -> None:
-    """Subprocess mode: one conversion under tracemalloc; print the peaks as JSON."""
-    store = LocalStore(path, durable=durable)
-    reset_peak_rss()
-    baseline = status("VmRSS")
-    tracemalloc.start()
-    started = time.perf_counter()
-    if what == "shard":
-        asyncio.run(shard_store_async(store, shard, max_in_flight=in_flight, manifest=False))
+        if job == "zarr-vectors-shard":
+            run = lambda: sharding.shard_store(where, shard_shape=args["shard"])  # noqa: E731
+        else:
+            run = lambda: sharding.unshard_store(where)  # noqa: E731
     else:
-        asyncio.run(unshard_store_async(store, max_in_flight=in_flight, manifest=False))
+        raise SystemExit(f"unknown job {job}")
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    run()
     seconds = time.perf_counter() - started
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    rss = status("VmHWM") - baseline
-    print(json.dumps({"traced_peak": peak, "rss_peak": rss, "s": seconds}))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "s": seconds,
+        "user": after.ru_utime - before.ru_utime,
+        "sys": after.ru_stime - before.ru_stime,
+        "rss": peak_rss(),
+    }
 
 
-def run_measure(path: Path, what: str, shard: int, in_flight: int, durable: bool) -> Any:
-    args = [
-        sys.executable,
-        __file__,
-        "--measure",
-        what,
-        str(path),
-        "--shard",
-        str(shard),
-        "--in-flight",
-        str(in_flight),
-    ] + ([] if durable else ["--no-fsync"])
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def peak_rss() -> int:
+    """This process's peak resident set (``VmHWM``: since its exec, unlike ``ru_maxrss``,
+    which keeps the forking parent's peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def spawn(argv: list[str], env: dict[str, str] | None = None) -> tuple[dict[str, Any], Any]:
+    """Run ``argv``; return its JSON answer (or its wall time) and its rusage."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if argv[0] == "cp" and not proc.returncode:
+        seconds = time.perf_counter() - started
+        return {"s": seconds, "user": usage.ru_utime, "sys": usage.ru_stime, "rss": 0}, usage
+    lines = out.strip().splitlines()
+    if not lines or not lines[-1].startswith("{"):
+        raise RuntimeError(f"{argv[:4]} failed with status {proc.returncode}")
+    answer: dict[str, Any] = json.loads(lines[-1])
+    if proc.returncode:  # finished its job (checked afterwards), then died while exiting
+        answer["exit"] = proc.returncode
+    return answer, usage
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class Result:
+    """The runs of one tool on one job."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    failure: str = ""  # a peer's result that did not read back (reported, not hidden)
+
+    def median(self, key: str) -> float:
+        return statistics.median(r[key] for r in self.runs)
+
+
+@dataclass
+class Job:
+    """One conversion, run by several tools on copies of one input."""
+
+    name: str
+    input: Path  # the pristine input (local folder)
+    objects: int
+    nbytes: int
+    check: Callable[[Path, str], None]  # (local folder, URL) of the result
+    tools: dict[str, Callable[[Path], list[str]]]  # tool -> argv builder (given a scratch dir)
+    rounds: int
+    results: dict[str, Result] = field(default_factory=dict)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.s3: Any = None
+        self.proxy: Any = None
+        self.env = dict(os.environ)
+
+    # -- where copies live -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def backend(self) -> Iterator[None]:
+        if self.args.backend != "s3":
+            yield
+            return
+        from tests.servers.proxy import FaultProxy
+        from tests.servers.s3 import start_rclone
+
+        self.s3 = start_rclone()
+        self.proxy = FaultProxy(self.s3.endpoint, fix_ranged_200=True).start()
+        credentials = {
+            "AWS_ACCESS_KEY_ID": self.s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.s3.secret_key,
+            "AWS_REGION": self.s3.region,
+        }
+        self.env.update(credentials)
+        os.environ.update(credentials)  # tensorstore reads results back in this process
+        try:
+            yield
+        finally:
+            self.proxy.stop()
+            self.s3.stop()
+
+    def scratch(self, name: str) -> tuple[Path, str]:
+        """A fresh folder and the URL tools use for it (S3 or the path)."""
+        if self.s3 is None:
+            path = self.work / "runs" / name
+            return path, str(path)
+        path = Path(self.s3.root) / self.s3.bucket / "runs" / name
+        return path, f"s3://{self.s3.bucket}/runs/{name}"
+
+    def storage(self, ranged: bool) -> dict[str, Any] | None:
+        if self.s3 is None:
+            return None
+        endpoint = self.proxy.url if ranged else self.s3.endpoint
+        return {**self.s3.options(endpoint=endpoint), "conditional_writes": False}
+
+    # -- running ---------------------------------------------------------------------
+
+    def measure(self, job: Job, tool: str, n: int) -> None:
+        scratch, url = self.scratch(f"{job.name}-{tool}-{n}".replace(" ", "_").replace(",", ""))
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+        scratch.parent.mkdir(parents=True)
+        argv = job.tools[tool](scratch)
+        os.sync()
+        out, _ = spawn(argv, self.env)
+        job.results.setdefault(tool, Result()).runs.append(out)
+        if tool != "cp -r":
+            out = "-out" if "tensorstore" in tool else ""
+            try:
+                job.check(scratch.with_name(scratch.name + out), url + out)
+            except Exception as exc:
+                if tool.startswith("asyncshard"):
+                    raise
+                job.results[tool].failure = f"{type(exc).__name__}: {str(exc)[:120]}"
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+
+    def run(self, jobs: list[Job]) -> None:
+        for n in range(max(j.rounds for j in jobs)):
+            for job in jobs:
+                if n >= job.rounds:
+                    continue
+                for tool in job.tools:
+                    self.measure(job, tool, n)
+                    print(f"  round {n + 1}: {job.name} / {tool}: "
+                          f"{job.results[tool].runs[-1]['s']:.2f} s", file=sys.stderr)
+
+
+def child_argv(job: str, **args: Any) -> list[str]:
+    return [sys.executable, __file__, "--child", job, json.dumps(args)]
+
+
+def rss_text(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.0f}" if nbytes else "-"
+
+
+def report(jobs: list[Job], header: str) -> None:
+    load = os.getloadavg()
+    print(f"\n{header}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        "| job | tool | wall s | MB/s | objects/s | CPU s (user+sys) | peak RSS MB "
+        "| asyncshard speed / tool |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for job in jobs:
+        ours = [t for t in job.results if t.startswith("asyncshard")]
+        base = job.results[ours[0]].median("s") if ours else None
+        for tool, res in job.results.items():
+            wall = res.median("s")
+            cpu = res.median("user") + res.median("sys")
+            ratio = "" if base is None or tool in ours else f"{wall / base:.2f}x"
+            if res.failure:
+                ratio += f" (its result does not read back: {res.failure})"
+            exits = [r["exit"] for r in res.runs if "exit" in r]
+            if exits:
+                ratio += f" ({len(exits)} of {len(res.runs)} runs exited with status {exits[0]})"
+            print(
+                f"| {job.name} | {tool} | {wall:.2f} | {job.nbytes / wall / MB:.0f} | "
+                f"{job.objects / wall:,.0f} | {cpu:.2f} | {rss_text(res.median('rss'))} | "
+                f"{ratio} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=parse_size, default=2**30, help="array bytes (1G)")
-    parser.add_argument("--chunk", type=int, default=64, help="chunk edge (64: 256 KiB)")
-    parser.add_argument("--shard", type=int, default=4, help="chunks per shard per axis (4)")
-    parser.add_argument("--in-flight", type=int, default=4, help="shards in flight (4)")
-    parser.add_argument("--memory-in-flight", type=int, nargs="*", default=[1, 2, 4])
-    parser.add_argument("--no-fsync", dest="durable", action="store_false")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds; the best is kept (2)")
+    parser.add_argument("--backend", choices=["local", "s3"], default="local")
+    parser.add_argument("--jobs", default="zarr,vectors", help="zarr, vectors (comma list)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=int, default=512, help="array edge (512)")
+    parser.add_argument("--chunk", type=int, default=32, help="chunk edge (32)")
+    parser.add_argument("--shard", type=int, default=8, help="chunks per shard per axis (8)")
+    parser.add_argument("--reshard", type=int, default=4, help="reshard to this (4)")
+    parser.add_argument("--points", type=int, default=6_000_000)
+    parser.add_argument("--grid", type=int, default=23, help="cells per axis (23)")
+    parser.add_argument("--vectors-shard", type=int, default=8)
+    parser.add_argument("--vectors-unshard-rounds", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (a temp dir)")
-    parser.add_argument("--measure", nargs=2, metavar=("WHAT", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure:
-        measure(args.measure[1], args.measure[0], args.shard, args.in_flight, args.durable)
+    if args.child:
+        print(json.dumps(child(args.child[0], json.loads(args.child[1]))))
         return
 
     work = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
+    bench = Bench(args, work)
     try:
-        flat = work / "flat"
-        started = time.perf_counter()
-        nchunks, nbytes = make_flat(flat, args.size, args.chunk)
-        shard_bytes = args.chunk**3 * args.shard**3
-        print(
-            f"{nbytes / 2**30:.2f} GiB flat array: {nchunks} chunks of {args.chunk**3 // 1024} "
-            f"KiB; shards of {args.shard}^3 chunks = {shard_bytes / MiB:.0f} MiB; "
-            f"in flight {args.in_flight}; fsync {'on' if args.durable else 'off'} "
-            f"(written in {time.perf_counter() - started:.1f} s)"
-        )
-        store = LocalStore(flat, durable=args.durable)
-        best: dict[str, float] = {}
-
-        def step(label: str, run: Any) -> None:
-            os.sync()
-            started = time.perf_counter()
-            run()
-            elapsed = time.perf_counter() - started
-            best[label] = min(best.get(label, elapsed), elapsed)
-
-        def convert(what: str) -> None:
-            if what == "shard":
-                coro = shard_store_async(store, args.shard, max_in_flight=args.in_flight)
-            else:
-                coro = unshard_store_async(store, max_in_flight=args.in_flight)
-            assert asyncio.run(coro).chunks_moved == nchunks
-
-        group = args.shard**3
-        for _ in range(args.repeat):
-            step(
-                "copy (Store API)",
-                lambda: asyncio.run(
-                    store_copy(flat, work / "copy", group, args.in_flight, args.durable)
-                ),
-            )
-            shutil.rmtree(work / "copy")
-            step("copy (shutil.copytree)", lambda: shutil.copytree(flat, work / "copy"))
-            shutil.rmtree(work / "copy")
-            step("shard (flat -> sharded)", lambda: convert("shard"))
-            step("unshard (sharded -> flat)", lambda: convert("unshard"))
-        base = None
-        for label, seconds in best.items():
-            rate = timed(label, seconds, nbytes, base)
-            base = rate if base is None else base
-
-        print(f"\npeak memory (fresh process each; shard = {shard_bytes / MiB:.0f} MiB)")
-        print(f"{'conversion':<10} {'in flight':>9} {'x shard':>9} {'traced':>9} {'RSS':>9}")
-        for in_flight in args.memory_in_flight:
-            for what in ("shard", "unshard"):
-                got = run_measure(flat, what, args.shard, in_flight, args.durable)
-                print(
-                    f"{what:<10} {in_flight:>9} {in_flight * shard_bytes / MiB:>7.0f} M "
-                    f"{got['traced_peak'] / MiB:>7.0f} M {got['rss_peak'] / MiB:>7.0f} M"
-                )
+        with bench.backend():
+            jobs = build_jobs(bench, args, work)
+            bench.run(jobs)
+            report(jobs, f"{args.backend} backend, median of {args.rounds} rounds")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def vector_tools(
+    bench: Bench, source: Path, what: str, shard: int
+) -> dict[str, Callable[[Path], list[str]]]:
+    """asyncshard (on the backend), zarr-vectors (local files) and ``cp -r``."""
+    storage = bench.storage(True)  # zarr-vectors reads ranges on S3, whatever it does
+
+    def run(tool: str) -> Callable[[Path], list[str]]:
+        def argv(scratch: Path) -> list[str]:
+            shutil.copytree(source, scratch)
+            url = bench.scratch(scratch.name)[1]
+            return child_argv(f"{tool}-{what}", src=url, shard=shard, storage=storage)
+
+        return argv
+
+    return {
+        f"asyncshard {what}": run("asyncshard"),
+        f"zarr-vectors {what}_store": run("zarr-vectors"),
+        "cp -r": lambda scratch: ["cp", "-r", str(source), str(scratch)],
+    }
+
+
+def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
+    """Write the inputs once and describe every job."""
+    inputs = work / "inputs"
+    inputs.mkdir()
+    jobs: list[Job] = []
+    names = set(args.jobs.split(","))
+
+    def copy_to(src: Path) -> Callable[[Path], str]:
+        """Copy the input to a run's scratch place (untimed); the URL of the copy."""
+
+        def do(scratch: Path) -> str:
+            shutil.copytree(src, scratch)
+            return bench.scratch(scratch.name)[1]
+
+        return do
+
+    if "zarr" in names:
+        flat, sharded = inputs / "flat", inputs / "sharded"
+        make_flat(flat, args.size, args.chunk)
+        shutil.copytree(flat, sharded)
+        from asyncshard.convert import shard_store
+
+        shard_store(str(sharded), args.shard, manifest=False)
+        objects, nbytes = census(flat)
+        array_sha = array_digest(str(flat), None)
+        print(f"zarr: {args.size}^3 uint8, {objects} flat objects, {nbytes / MB:.0f} MB",
+              file=sys.stderr)
+
+        def check(path: Path, url: str) -> None:
+            ranged = bench.storage(True)
+            if array_digest(url, ranged) != array_sha:
+                raise AssertionError(f"{url}: values differ after the conversion")
+
+        for name, source, what, shard in (
+            ("zarr shard", flat, "shard", args.shard),
+            ("zarr unshard", sharded, "unshard", None),
+            ("zarr reshard", sharded, "reshard", args.reshard),
+        ):
+            ranged = bench.storage(what != "shard")
+            prepare = copy_to(source)
+
+            def ours(job: str, prepare: Any = prepare, shard: Any = shard,
+                     ranged: Any = ranged) -> Callable[[Path], list[str]]:
+                return lambda scratch: child_argv(
+                    job, src=prepare(scratch), shard=shard, storage=ranged
+                )
+
+            def theirs(prepare: Any = prepare, shard: Any = shard,
+                       ranged: Any = ranged) -> Callable[[Path], list[str]]:
+                def argv(scratch: Path) -> list[str]:
+                    url = prepare(scratch)
+                    return child_argv("tensorstore", src=url, dst=url + "-out", shard=shard,
+                                      chunk=args.chunk, storage=ranged)
+                return argv
+
+            tools = {f"asyncshard {what}": ours(f"asyncshard-{what}")}
+            if what == "reshard":
+                tools["asyncshard reshard, 1 pass"] = ours("asyncshard-reshard1")
+            tools["tensorstore copy"] = theirs()
+            tools["cp -r"] = lambda scratch, s=source: ["cp", "-r", str(s), str(scratch)]
+            jobs.append(Job(name, source, objects, nbytes, check, tools, args.rounds))
+
+    if "vectors" in names:
+        zv, zv_sharded = inputs / "zv", inputs / "zv-sharded"
+        make_vectors(zv, args.points, args.grid)
+        shutil.copytree(zv, zv_sharded)
+        from zarr_vectors.sharding import shard_store as zv_shard
+
+        zv_shard(str(zv_sharded), shard_shape=args.vectors_shard)
+        objects, nbytes = census(zv)
+        points_sha = vectors_digest(str(zv))
+        print(f"vectors: {args.points} points, {objects} objects, {nbytes / MB:.0f} MB",
+              file=sys.stderr)
+
+        def check_zv(path: Path, url: str) -> None:
+            if vectors_digest(str(path)) != points_sha:
+                raise AssertionError(f"{url}: zarr-vectors reads other points")
+
+        for name, source, what, rounds in (
+            ("zarr-vectors shard", zv, "shard", args.rounds),
+            ("zarr-vectors unshard", zv_sharded, "unshard", args.vectors_unshard_rounds),
+        ):
+            tools = vector_tools(bench, source, what, args.vectors_shard)
+            jobs.append(Job(name, source, objects, nbytes, check_zv, tools, rounds))
+    return jobs
 
 
 if __name__ == "__main__":

@@ -278,6 +278,29 @@ class Store(ABC):
         """
         self._count_request("delete", len(keys))
         await gather_settled(self._bounded(self._delete(key)) for key in keys)
+    async def _copy(self, source: str, target: str) -> int | None:
+        """Copy one object to another key (atomically replacing it); return its size, or
+        ``None`` if ``source`` is missing. The default reads and writes it; backends
+        that copy without moving the bytes (hard links, server-side copies) override it."""
+        got = await self._bounded(self._get(source, None, None))
+        if got is None:
+            return None
+        await self._bounded(self._put(target, got.data, None, False))
+        return len(got.data)
+
+    async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        """Copy objects (distinct targets); the default copies each concurrently."""
+        return await gather_settled(self._copy(a, b) for a, b in pairs)
+
+    async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
+        """Read distinct whole objects. The default reads each under the concurrency
+        bound; backends that read a batch more cheaply (one worker thread) override it."""
+        return await gather_settled(self._bounded(self._get(k, None, None)) for k in keys)
+
+    async def _put_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        """Write distinct objects unconditionally, each atomically; return their versions.
+        The default writes each under the concurrency bound; backends override it."""
+        return await gather_settled(self._bounded(self._put(k, v, None, False)) for k, v in items)
 
     async def _delete_if_match(self, key: str, version: str) -> None:
         """Delete one object only if it is at ``version``; ``ConflictError`` otherwise."""
@@ -450,6 +473,20 @@ class Store(ABC):
                 start, end = resolve(part, len(view))
                 out[i] = self._returned(view[start:end])
 
+    async def get_many(self, keys: Sequence[str]) -> list[Data | None]:
+        """Whole objects in input order (``None`` if missing), read as one backend batch:
+        what a converter reading a shard's worth of chunk objects wants. Counts one
+        ``get`` per distinct key."""
+        keys = [validate_key(k) for k in keys]
+        unique = list(dict.fromkeys(keys))
+        self.stats.requests["get"] += len(unique)
+        found: dict[str, Data] = {}
+        for key, result in zip(unique, await self._get_many(unique), strict=True):
+            if result is not None:
+                self.stats.bytes_fetched += len(result.data)
+                found[key] = result.data
+        return [self._returned(found.get(k)) for k in keys]
+
     # -- writes -------------------------------------------------------------------------
 
     async def set(
@@ -467,6 +504,39 @@ class Store(ABC):
         self.stats.requests["put"] += 1
         self.stats.bytes_written += len(value)
         return await self._bounded(self._put(key, value, if_match, if_absent))
+
+    async def set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        """Write many objects unconditionally as one backend batch; return their versions.
+
+        Each object is written atomically (a failure leaves it as it was), but a failed
+        batch may have written some of the others. Keys must be distinct.
+        """
+        keys = [validate_key(k) for k, _ in items]
+        if len(set(keys)) != len(keys):
+            raise ValueError("set_many: duplicate keys")
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["put"] += len(keys)
+        self.stats.bytes_written += sum(len(v) for _, v in items)
+        return await self._put_many(items)
+
+    async def copy(self, source: str, target: str) -> int | None:
+        """Copy object ``source`` to ``target`` (replacing it atomically); return the size
+        copied, or ``None`` if ``source`` does not exist. Counted as one ``copy``."""
+        return (await self.copy_many([(source, target)]))[0]
+
+    async def copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        """:meth:`copy` for many ``(source, target)`` pairs as one backend batch (one
+        ``copy`` counted each); targets must be distinct. Sizes in input order."""
+        for source, target in pairs:
+            validate_key(source)
+            validate_key(target)
+        if len({t for _, t in pairs}) != len(pairs):
+            raise ValueError("copy_many: duplicate targets")
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["copy"] += len(pairs)
+        return await self._copy_many(pairs)
 
     async def set_partial_values(
         self, key_start_values: Iterable[tuple[str, int, BytesLike]]

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from asyncshard.backends import MemoryStore
+from asyncshard.backends import LocalStore, MemoryStore, open_store
 from asyncshard.convert import DaskRunner, reshard, shard_store, unshard_store
+from asyncshard.convert.session import make_runner
 from tests.convert.helpers import assert_readable, make_array, snapshot
 
 
@@ -37,3 +38,12 @@ def test_dask_needs_a_url(dask_client: Any) -> None:
         shard_store(MemoryStore(), 2, client=dask_client)
     with pytest.raises(ValueError, match="batch_size"):
         DaskRunner(dask_client, "memory://", batch_size=0)
+
+
+def test_dask_opens_a_store_from_its_url(tmp_path: Path) -> None:
+    """A store object with a URL (``Store.url``) is reopened by the workers from it."""
+    runner = make_runner(
+        LocalStore(tmp_path), runner=None, client=object(), storage_options=None, max_in_flight=2
+    )
+    assert isinstance(runner, DaskRunner) and runner.url == tmp_path.as_uri()
+    assert open_store(runner.url).url == tmp_path.as_uri()

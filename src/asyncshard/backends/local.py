@@ -6,6 +6,12 @@
   file behind. Folders are created on demand; a failed write removes the folders it
   created, and a delete prunes the folders it left empty, so listings never show a
   prefix without keys (as on object stores).
+* ``copy`` makes a hard link (under a temp name renamed over the target): no bytes
+  move, and deleting the source later frees nothing on disk.
+* Batches (``get_many``, ``set_many``, ``copy_many``) take one worker thread each instead of one per
+  object; a batch of writes is made durable by one ``syncfs`` of the file system before
+  its renames instead of one ``fsync`` per file (group commit: the same guarantee,
+  data on disk before any object points at it).
 * Versions are ``inode-mtime_ns-size`` in hex; every write makes a new file, so a new
   version. Conditional writes compare the version under an exclusive ``flock`` on the
   destination folder, which also excludes other processes using asyncshard; every
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -117,6 +124,30 @@ def _valid_name(name: str) -> bool:
     except InvalidKeyError:
         return False
     return True
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    """Linux ``syncfs(2)`` through libc, or ``None`` where there is none."""
+    try:
+        func: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    return func
+
+
+_SYNCFS = _find_syncfs()
+
+
+def _sync_file_system(folder: str) -> None:
+    """Write every dirty page of the file system holding ``folder`` to disk."""
+    assert _SYNCFS is not None
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), folder)
+    finally:
+        os.close(fd)
 
 
 def _open_no_follow(path: str, flags: int) -> int:
@@ -236,9 +267,9 @@ class LocalStore(Store):
     # -- reads --------------------------------------------------------------------------
 
     def _read(
-        self, key: str, byte_range: ByteRange | None, if_match: str | None
+        self, key: str, byte_range: ByteRange | None, if_match: str | None, path: str = ""
     ) -> GetResult | None:
-        path = self._resolve(key)
+        path = path or self._resolve(key)
         try:
             with open(path, "rb", opener=_open_no_follow) as f:
                 st = os.fstat(f.fileno())
@@ -413,6 +444,118 @@ class LocalStore(Store):
         if max_age < 0:
             raise ValueError("max_age must be >= 0")
         return await asyncio.to_thread(self._sweep_tree, max_age)
+
+    def _link(self, source: str, target: str, folders: dict[str, str] | None = None) -> int | None:
+        """Copy by hard link: a new name for the same file, made atomically (a temp name
+        renamed over ``target``). Safe because no write ever changes a file in place
+        (every write is a new file renamed over the old one). Copies the bytes where
+        links are refused (another file system, a file system without links)."""
+        resolve = self._resolve if folders is None else lambda k: self._batch_path(k, folders)
+        src = resolve(source)
+        meta = self._meta_at(src, source)
+        if meta is None:
+            return None
+        path = resolve(target)
+        folder = os.path.dirname(path)
+        created: list[str] = []
+        tmp = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        try:
+            self._make_folders(folder, created)
+            try:
+                os.link(src, tmp, follow_symlinks=False)
+            except FileNotFoundError:
+                raise
+            except OSError:  # EXDEV, EPERM, EMLINK...: copy the bytes instead
+                fd, tmp = self._create_temp(folder, created)
+                with open(src, "rb", opener=_open_no_follow) as f:
+                    self._write_data(fd, f.read())
+            with self._locked(folder):  # as every write: delete_if_match must not race it
+                os.replace(tmp, path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # left by rename when target already was this very file
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if created:
+                self._prune(folder, top=min(created, key=len))
+            if isinstance(exc, FileNotFoundError) and not os.path.exists(src):
+                return None  # deleted meanwhile
+            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+                raise self._write_error(exc, target, path) from exc
+            raise
+        return meta.size
+
+    async def _copy(self, source: str, target: str) -> int | None:
+        return await asyncio.to_thread(self._link, source, target)
+
+    def _link_batch(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        folders: dict[str, str] = {}
+        return [self._link(source, target, folders) for source, target in pairs]
+
+    async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        return await self._bounded(asyncio.to_thread(self._link_batch, pairs))
+
+    # -- batches: one worker thread per batch -------------------------------------------
+
+    def _batch_path(self, key: str, folders: dict[str, str]) -> str:
+        """The real path of ``key`` (as :meth:`_resolve`), resolving each folder once per
+        batch: one ``lstat`` per object instead of one per path component. A name that
+        is itself a link gets the full resolution (links are aliases)."""
+        parent, _, name = key.rpartition("/")
+        folder = folders.get(parent)
+        if folder is None:
+            folder = folders[parent] = self._resolve(parent) if parent else self._real_root()
+        path = os.path.join(folder, name)
+        return self._resolve(key) if os.path.islink(path) else path
+
+    def _read_batch(self, keys: Sequence[str]) -> list[GetResult | None]:
+        folders: dict[str, str] = {}
+        return [self._read(key, None, None, self._batch_path(key, folders)) for key in keys]
+
+    async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
+        return await self._bounded(asyncio.to_thread(self._read_batch, keys))
+
+    def _write_batch(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        """Stage every object in a temp file, make them all durable with one sync of the
+        file system (``syncfs``; a ``fsync`` per file where it is missing), then rename
+        each over its object. On failure the temp files not yet renamed are removed."""
+        group_sync = self.durable and _SYNCFS is not None
+        staged: list[tuple[str, str, str, list[str]]] = []  # key, tmp, path, folders made
+        versions: list[str | None] = []
+        key, path, renamed = "", "", 0
+        folders: dict[str, str] = {}
+        try:
+            for key, data in items:
+                path = self._batch_path(key, folders)
+                created: list[str] = []
+                fd, tmp = self._create_temp(os.path.dirname(path), created)
+                staged.append((key, tmp, path, created))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    if self.durable and not group_sync:
+                        os.fsync(f.fileno())
+                    versions.append(_meta(key, os.fstat(f.fileno())).version)
+            if group_sync and staged:
+                _sync_file_system(os.path.dirname(staged[0][2]))
+            for renamed in range(len(staged)):
+                key, tmp, path, _ = staged[renamed]
+                with self._locked(os.path.dirname(path)):  # as every write (see _write)
+                    os.replace(tmp, path)
+            renamed = len(staged)
+        except BaseException as exc:
+            for _, tmp, path, created in staged[renamed:]:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                if created:
+                    self._prune(os.path.dirname(path), top=min(created, key=len))
+            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+                raise self._write_error(exc, key, path) from exc
+            raise
+        return versions
+
+    async def _put_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        return await self._bounded(asyncio.to_thread(self._write_batch, items))
 
     def _prune(self, folder: str, *, top: str | None = None) -> None:
         """Remove ``folder`` and then its parents while they are empty.

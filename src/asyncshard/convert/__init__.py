@@ -16,7 +16,7 @@ resumable after an interruption, keep the data readable throughout, and run on a
 or on a Dask cluster (``client=``). See docs/conversion.md.
 """
 
-from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, Encoding
+from asyncshard.convert.layout import MANIFEST_ATTRIBUTE
 from asyncshard.convert.manifest import ManifestWarning
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
@@ -57,7 +57,6 @@ __all__ = [
     "ConversionError",
     "ConversionSummary",
     "DaskRunner",
-    "Encoding",
     "ManifestWarning",
     "PassDone",
     "PassStarted",

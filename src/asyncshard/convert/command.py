@@ -17,7 +17,6 @@ from typing import Any
 import click
 from tqdm import tqdm
 
-from asyncshard.convert.layout import Separator
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
     shard_precomputed_async,
@@ -30,9 +29,11 @@ from asyncshard.convert.report import (
     ProgressEvent,
     TaskDone,
 )
-from asyncshard.convert.session import opened, read_json, run_sync
+from asyncshard.convert.session import opened, run_sync
 from asyncshard.convert.zarr import convert_store
-from asyncshard.errors import AsyncShardError
+from asyncshard.errors import AsyncShardError, InvalidMetadataError
+from asyncshard.formats.zarr3.metadata import Separator
+from asyncshard.sharding.common import read_json
 
 __all__ = ["reshard", "shard", "unshard"]
 
@@ -116,8 +117,11 @@ def _dask(scheduler: str | None, workers: int | None) -> Iterator[Any]:
 
 async def _is_precomputed(url: str) -> bool:
     async with opened(url, None) as store:
-        got = await read_json(store, "info")
-    return got is not None and isinstance(got[0], dict) and "scales" in got[0]
+        try:
+            info = await read_json(store, "info")
+        except InvalidMetadataError:
+            return False
+    return info is not None and "scales" in info
 
 
 def _run(

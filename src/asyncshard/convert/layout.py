@@ -3,10 +3,12 @@
 Pure: ``zarr.json`` documents in, :class:`ArrayLayout` and new documents out.
 
 A layout names *objects*: flat chunks (the chunk grid) or shards (the shard grid). Both
-use the array's chunk key encoding, so a flat chunk and a shard at the same grid
-coordinates have the same key. :meth:`Encoding.partner` gives, for every encoding and
-number of dimensions, an encoding whose keys never equal the original's; conversions
-write the new layout under such a disjoint encoding (see :mod:`asyncshard.convert.zarr`).
+use the array's chunk key encoding (a prefix-free
+:class:`~asyncshard.formats.zarr3.metadata.ChunkKeyEncoding`), so a flat chunk and a
+shard at the same grid coordinates have the same key. :func:`partner` gives, for every
+encoding and number of dimensions, an encoding whose keys never equal the original's;
+conversions write the new layout under such a disjoint encoding (see
+:mod:`asyncshard.convert.zarr`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from asyncshard.formats.zarr3.metadata import (
@@ -32,60 +34,48 @@ from asyncshard.ranges import ByteRange, Range, Suffix
 __all__ = [
     "MANIFEST_ATTRIBUTE",
     "ArrayLayout",
-    "Encoding",
+    "IndexLocation",
+    "disjoint",
+    "encoding_json",
     "layout_doc",
+    "partner",
     "read_layout",
     "retarget",
     "same_layout",
 ]
 
-Kind = Literal["default", "v2"]
-Separator = Literal["/", "."]
 IndexLocation = Literal["start", "end"]
 
 #: The attribute holding the sorted list of stored chunk keys (spec 002).
 MANIFEST_ATTRIBUTE = "nonempty_chunks"
 
 
-@dataclass(frozen=True)
-class Encoding:
-    """A chunk key encoding without prefix: ``default`` (``c/1/2``) or ``v2`` (``1.2``)."""
+def encoding_json(encoding: ChunkKeyEncoding) -> dict[str, Any]:
+    """The ``chunk_key_encoding`` member of a ``zarr.json`` for ``encoding``."""
+    return {"name": encoding.kind, "configuration": {"separator": encoding.separator}}
 
-    kind: Kind = "default"
-    separator: Separator = "/"
 
-    def keys(self, prefix: str = "") -> ChunkKeyEncoding:
-        """The key encoder of this encoding below ``prefix``."""
-        return ChunkKeyEncoding(self.kind, self.separator, prefix)
+def disjoint(a: ChunkKeyEncoding, b: ChunkKeyEncoding, ndim: int) -> bool:
+    """Whether no key of encoding ``a`` equals a key of ``b`` for ``ndim`` dimensions.
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``chunk_key_encoding`` member of a ``zarr.json``."""
-        return {"name": self.kind, "configuration": {"separator": self.separator}}
+    Default keys start with ``c``, v2 keys with a digit: two kinds never meet. Within a
+    kind the separator tells keys apart only when it appears in them: from one dimension
+    on for ``default`` (``c/0`` vs ``c.0``), from two on for ``v2``.
+    """
+    if a.kind != b.kind:
+        return True
+    if a.separator == b.separator:
+        return False
+    return ndim >= (1 if a.kind == "default" else 2)
 
-    def disjoint(self, other: Encoding, ndim: int) -> bool:
-        """Whether no key of this encoding equals a key of ``other`` for ``ndim`` dims.
 
-        Default keys start with ``c``, v2 keys with a digit: two kinds never meet. Within
-        a kind the separator tells keys apart only when it appears in them: from one
-        dimension on for ``default`` (``c/0`` vs ``c.0``), from two on for ``v2``.
-        """
-        if self.kind != other.kind:
-            return True
-        if self.separator == other.separator:
-            return False
-        return ndim >= (1 if self.kind == "default" else 2)
-
-    def partner(self, ndim: int) -> Encoding:
-        """The encoding a conversion writes to: the other separator when that gives
-        disjoint keys, else the other kind (0-d arrays; 1-d arrays with ``v2`` keys)."""
-        flipped = Encoding(self.kind, "." if self.separator == "/" else "/")
-        if self.disjoint(flipped, ndim):
-            return flipped
-        return Encoding("v2" if self.kind == "default" else "default", self.separator)
-
-    def __str__(self) -> str:
-        example = self.keys().encode((0, 1))
-        return f"{self.kind} {self.separator!r} ({example})"
+def partner(encoding: ChunkKeyEncoding, ndim: int) -> ChunkKeyEncoding:
+    """The encoding a conversion writes to: the other separator when that gives keys
+    disjoint from ``encoding``'s, else the other kind (0-d arrays; 1-d ``v2`` arrays)."""
+    flipped = ChunkKeyEncoding(encoding.kind, "." if encoding.separator == "/" else "/")
+    if disjoint(encoding, flipped, ndim):
+        return flipped
+    return ChunkKeyEncoding("v2" if encoding.kind == "default" else "default", encoding.separator)
 
 
 @dataclass(frozen=True)
@@ -100,7 +90,7 @@ class ArrayLayout:
     shape: Coords
     chunk_shape: Coords
     chunks_per_shard: Coords | None
-    encoding: Encoding
+    encoding: ChunkKeyEncoding
     index: IndexLayout | None
 
     @property
@@ -131,7 +121,7 @@ class ArrayLayout:
     @property
     def keys(self) -> ChunkKeyEncoding:
         """The key encoder of objects (full keys, with the array prefix)."""
-        return self.encoding.keys(self.prefix)
+        return replace(self.encoding, prefix=self.prefix)
 
     def object_key(self, coords: Sequence[int]) -> str:
         """Full key of the object at ``coords`` of the object grid."""
@@ -151,7 +141,7 @@ class ArrayLayout:
 
     def manifest_key(self, chunk: Sequence[int]) -> str:
         """The chunk key of ``chunk`` as listed in the manifest (relative to the array)."""
-        return self.encoding.keys().encode(chunk)
+        return self.encoding.encode(chunk)
 
     def object_of(self, chunk: Sequence[int]) -> Coords:
         """Object coords holding the (inner) chunk at ``chunk``."""
@@ -208,7 +198,7 @@ class ArrayLayout:
 
     def describe(self) -> str:
         """Short human description, e.g. ``sharded 4x4 (c.0.1)`` or ``flat (c/0/1)``."""
-        example = self.encoding.keys().encode(tuple(range(self.ndim)))
+        example = self.encoding.encode(tuple(range(self.ndim)))
         if self.chunks_per_shard is None:
             return f"flat ({example})"
         cps = "x".join(map(str, self.chunks_per_shard)) or "()"
@@ -230,18 +220,14 @@ def read_layout(doc: Mapping[str, Any], prefix: str = "") -> ArrayLayout:
         ndim = len(doc.get("shape", ()))
         sharded = parse_zarr3_array(sharded_metadata(doc, (1,) * ndim), key_prefix=prefix)
         cps, index = None, None
-    enc = sharded.key_encoding
-    if enc.kind == "draft":  # pragma: no cover - zarr.json never parses as draft
-        raise ValueError("draft key encoding")
-    return ArrayLayout(
-        prefix, sharded.shape, sharded.chunk_shape, cps, Encoding(enc.kind, enc.separator), index
-    )
+    encoding = replace(sharded.key_encoding, prefix="")
+    return ArrayLayout(prefix, sharded.shape, sharded.chunk_shape, cps, encoding, index)
 
 
 def retarget(
     doc: Mapping[str, Any],
     chunks_per_shard: Sequence[int] | None,
-    encoding: Encoding,
+    encoding: ChunkKeyEncoding,
     *,
     index_location: IndexLocation = "end",
     checksum: bool = True,
@@ -258,7 +244,7 @@ def retarget(
         out = sharded_metadata(
             flat, chunks_per_shard, index_location=index_location, checksum=checksum
         )
-    out["chunk_key_encoding"] = encoding.to_json()
+    out["chunk_key_encoding"] = encoding_json(encoding)
     return out
 
 

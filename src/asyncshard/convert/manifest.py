@@ -105,7 +105,7 @@ def manifest_form(doc: Mapping[str, Any], layout: ArrayLayout) -> ManifestForm |
         raise ValueError(f"{MANIFEST_ATTRIBUTE} is not a list of strings")
     if all(_vector_key(k, layout.ndim) for k in value):
         return "zarr-vectors"
-    keys = layout.encoding.keys()
+    keys = layout.encoding
     bad = [k for k in value if keys.decode(k, layout.ndim) is None]
     if bad:
         raise ValueError(

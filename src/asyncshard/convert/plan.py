@@ -19,17 +19,19 @@ import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from asyncshard.convert.layout import (
     ArrayLayout,
-    Encoding,
     IndexLocation,
-    Separator,
+    disjoint,
+    encoding_json,
+    partner,
     read_layout,
     retarget,
 )
-from asyncshard.formats.zarr3.metadata import Coords
+from asyncshard.convert.runner import Task, TaskKind
+from asyncshard.formats.zarr3.metadata import ChunkKeyEncoding, Coords, Separator
 
 __all__ = [
     "Request",
@@ -41,7 +43,8 @@ __all__ = [
     "resolve_target",
 ]
 
-TaskKind = Literal["pack", "repack", "unpack", "copy", "index"]
+#: Unsharded objects copied by one task (their keys change, nothing else).
+COPY_GROUP = 256
 
 
 def normalize_shard_shape(shard_shape: int | Sequence[int] | None, ndim: int) -> Coords | None:
@@ -112,11 +115,11 @@ def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] |
         if same_index and cur.index.endian == "little":
             return None
     if request.separator is not None:
-        encoding = Encoding(cur.encoding.kind, request.separator)
+        encoding = ChunkKeyEncoding(cur.encoding.kind, request.separator)
     elif cur.sharded and cps is not None:
         encoding = cur.encoding  # resharding keeps the keys' look (two passes)
     else:
-        encoding = cur.encoding.partner(cur.ndim)  # flat <-> sharded: one pass
+        encoding = partner(cur.encoding, cur.ndim)  # flat <-> sharded: one pass
     return retarget(doc, cps, encoding, index_location=index_location, checksum=checksum)
 
 
@@ -130,32 +133,11 @@ def plan_passes(
     partner encoding and the second renames its objects (verbatim copies).
     """
     cur, end = read_layout(doc), read_layout(final)
-    if end.encoding.disjoint(cur.encoding, cur.ndim):
+    if disjoint(end.encoding, cur.encoding, cur.ndim):
         return [(dict(doc), dict(final))]
-    via = cur.encoding.partner(cur.ndim)
     middle = dict(final)
-    middle["chunk_key_encoding"] = via.to_json()
+    middle["chunk_key_encoding"] = encoding_json(partner(cur.encoding, cur.ndim))
     return [(dict(doc), middle), (middle, dict(final))]
-
-
-@dataclass(frozen=True)
-class Task:
-    """One unit of work with exactly one target object (or one source shard for unpack).
-
-    * ``pack``: target shard ``target`` from the flat chunks ``sources`` (chunk coords);
-    * ``repack``: target shard ``target`` from the inner chunks of the source shards
-      ``sources`` (shard coords) that fall in it;
-    * ``unpack``: the flat chunks of source shard ``sources[0]``; ``existing`` lists the
-      target chunks already written by an interrupted run (skipped);
-    * ``copy``: object ``sources[0]`` copied verbatim to ``target`` (same objects: both
-      flat, or both sharded alike, only the keys differ);
-    * ``index``: ``target`` exists from an interrupted run: only read what it holds.
-    """
-
-    kind: TaskKind
-    target: Coords | None
-    sources: tuple[Coords, ...]
-    existing: tuple[Coords, ...] = ()
 
 
 def _boxes(lo: Sequence[int], hi: Sequence[int]) -> Iterable[Coords]:
@@ -167,7 +149,7 @@ def plan_pass(
     dst: ArrayLayout,
     src_objects: Iterable[Coords],
     dst_objects: Iterable[Coords] = (),
-) -> tuple[list[Task], int]:
+) -> tuple[list[Task[Coords]], int]:
     """Tasks of one pass and the number of source objects ignored (outside the array).
 
     ``src_objects``: coords of the source objects found (object grid of ``src``);
@@ -181,14 +163,21 @@ def plan_pass(
     ignored = len(found) - len(inside)
     done = set(dst_objects)
     if src.sharded == dst.sharded and src.cps == dst.cps and src.index == dst.index:
-        return [_copy_or_index(o, done) for o in inside], ignored
+        if src.sharded:  # one shard per task: shards can be large
+            return [_copy_or_index(o, done) for o in inside], ignored
+        todo = [o for o in inside if o not in done]  # small objects: a group per task
+        copies = [
+            Task[Coords]("copy", None, tuple(todo[i : i + COPY_GROUP]))
+            for i in range(0, len(todo), COPY_GROUP)
+        ]
+        return copies + [Task("index", o, ()) for o in inside if o in done], ignored
     if not src.sharded:  # flat -> sharded
         groups: dict[Coords, list[Coords]] = {}
         for chunk in inside:
             groups.setdefault(dst.object_of(chunk), []).append(chunk)
         return [_target_task("pack", t, tuple(c), done) for t, c in sorted(groups.items())], ignored
     if not dst.sharded:  # sharded -> flat
-        tasks = []
+        tasks: list[Task[Coords]] = []
         for shard in inside:
             lo, hi = src.chunk_range(shard)
             existing = tuple(c for c in _boxes(lo, hi) if c in done) if done else ()
@@ -206,9 +195,9 @@ def plan_pass(
 
 def _target_task(
     kind: TaskKind, target: Coords, sources: tuple[Coords, ...], done: set[Coords]
-) -> Task:
+) -> Task[Coords]:
     return Task("index", target, ()) if target in done else Task(kind, target, sources)
 
 
-def _copy_or_index(obj: Coords, done: set[Coords]) -> Task:
+def _copy_or_index(obj: Coords, done: set[Coords]) -> Task[Coords]:
     return Task("index", obj, ()) if obj in done else Task("copy", obj, (obj,))

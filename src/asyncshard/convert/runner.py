@@ -1,9 +1,10 @@
 """Running the tasks of a pass: in this process on asyncio, or on a Dask cluster.
 
-A pass is described by a picklable :class:`PassSpec` (array documents and key prefix)
-and a list of picklable tasks; every task writes objects no other task writes, so tasks
-run in any order and anywhere. The driver (not the runner) switches the metadata and
-deletes the old objects once every task succeeded.
+A pass is described by a picklable :class:`PassSpec` (the executor of its format, the
+node's key prefix and its source and target layout documents) and a list of picklable
+:class:`Task` objects; every task writes objects no other task writes, so tasks run in
+any order and anywhere. The driver (:mod:`asyncshard.convert.pipeline`), not the runner,
+switches the metadata and deletes the old objects once every task succeeded.
 
 * :class:`AsyncioRunner` keeps at most ``max_in_flight`` tasks (shards) running.
 * :class:`DaskRunner` sends batches of tasks to a ``dask.distributed`` cluster; each
@@ -15,16 +16,54 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from asyncshard.convert.report import TaskResult
 from asyncshard.store import Store
 
-__all__ = ["AsyncioRunner", "DaskRunner", "Executor", "PassSpec", "Runner", "run_tasks"]
+__all__ = [
+    "AsyncioRunner",
+    "DaskRunner",
+    "Executor",
+    "Job",
+    "PassSpec",
+    "Runner",
+    "Task",
+    "TaskKind",
+    "run_tasks",
+]
 
 DEFAULT_IN_FLIGHT = 8
 T = TypeVar("T")
+Obj = TypeVar("Obj", bound=Hashable)
+
+TaskKind = Literal["pack", "repack", "unpack", "copy", "index"]
+
+
+@dataclass(frozen=True)
+class Task(Generic[Obj]):
+    """One unit of work with exactly one target object (or one source shard for unpack).
+
+    Objects are named by what the format plans with (grid coordinates for Zarr, file
+    names for precomputed):
+
+    * ``pack``: target shard ``target`` from the unsharded chunks ``sources``;
+    * ``repack``: target shard ``target`` from the chunks of the source shards
+      ``sources`` that fall in it;
+    * ``unpack``: the chunks of source shard ``sources[0]``; ``existing`` lists the
+      target chunks already written by an interrupted run (skipped);
+    * ``copy``: object ``sources[0]`` copied verbatim to ``target`` (same objects, other
+      keys), or with no ``target`` each of ``sources`` to the same name in the target
+      layout (a group of small objects);
+    * ``index``: ``target`` exists from an interrupted run: only read what it holds.
+    """
+
+    kind: TaskKind
+    target: Obj | None
+    sources: tuple[Obj, ...]
+    existing: tuple[Obj, ...] = ()
 
 
 class Executor(Protocol):
@@ -34,23 +73,35 @@ class Executor(Protocol):
         """Do one task; raise on failure."""
 
 
-class PassSpec(Protocol):
-    """Everything a worker needs to run tasks of a pass (picklable)."""
+@dataclass(frozen=True)
+class PassSpec:
+    """Everything a worker needs to run tasks of a pass (picklable): the executor class
+    of the format, the node's key prefix, the source and target layout documents."""
+
+    executor_type: Callable[[Store, PassSpec], Executor]
+    prefix: str
+    source: dict[str, Any]
+    target: dict[str, Any]
 
     def executor(self, store: Store) -> Executor:
         """An executor of this pass's tasks on ``store``."""
+        return self.executor_type(store, self)
+
+
+@dataclass(frozen=True)
+class Job:
+    """The tasks of one pass on ``store``; ``on_result`` is called as each one finishes."""
+
+    store: Store
+    spec: PassSpec
+    tasks: Sequence[Any]
+    on_result: Callable[[TaskResult], None]
 
 
 class Runner(Protocol):
-    """Runs every task of a pass, calling ``on_result`` as each one finishes."""
+    """Runs every task of a pass."""
 
-    async def run(
-        self,
-        store: Store,
-        spec: PassSpec,
-        tasks: Sequence[Any],
-        on_result: Callable[[TaskResult], None],
-    ) -> None:
+    async def run(self, job: Job) -> None:
         """Return when all tasks succeeded; raise the first failure otherwise."""
 
 
@@ -105,14 +156,8 @@ class AsyncioRunner:
     def __repr__(self) -> str:
         return f"AsyncioRunner(max_in_flight={self.max_in_flight})"
 
-    async def run(
-        self,
-        store: Store,
-        spec: PassSpec,
-        tasks: Sequence[Any],
-        on_result: Callable[[TaskResult], None],
-    ) -> None:
-        await run_tasks(spec.executor(store), tasks, on_result, self.max_in_flight)
+    async def run(self, job: Job) -> None:
+        await run_tasks(job.spec.executor(job.store), job.tasks, job.on_result, self.max_in_flight)
 
 
 def run_batch(
@@ -202,12 +247,6 @@ class DaskRunner:
             self.client.cancel(futures)
             raise
 
-    async def run(
-        self,
-        store: Store,
-        spec: PassSpec,
-        tasks: Sequence[Any],
-        on_result: Callable[[TaskResult], None],
-    ) -> None:
-        if tasks:
-            await asyncio.to_thread(self._run_blocking, spec, tasks, on_result)
+    async def run(self, job: Job) -> None:
+        if job.tasks:
+            await asyncio.to_thread(self._run_blocking, job.spec, job.tasks, job.on_result)

@@ -1,56 +1,141 @@
-"""Executing the tasks of a Zarr conversion pass against a store.
+"""Executing the tasks of a conversion pass against a store.
 
-Bytes are moved, never decoded: flat chunks become inner chunks byte for byte and back
-(:func:`encode_shard` / :func:`decode_shard` only frame them). Each task reads its
-sources, builds its target objects in memory (one shard at most) and writes them with
-plain atomic writes; nothing here touches ``zarr.json``.
+Bytes are moved, never decoded: unsharded chunks become chunks of a shard byte for byte
+and back (the formats' pure shard builders and splitters only frame them). Each task
+reads its sources, builds its target objects in memory (one shard at most) and writes
+them with plain atomic writes; nothing here touches metadata.
+
+:class:`ChunkMover` holds the I/Obj every format shares (``pack``: many objects in, one
+shard out; ``unpack``: one shard in, many objects out); a format says how its objects
+are keyed and how a shard is built and split: :class:`ZarrExecutor` (which also
+repacks and copies shards) and :class:`PrecomputedExecutor`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from dataclasses import dataclass
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar
 
+from asyncshard.buffers import BytesLike
 from asyncshard.cache import IndexCache
 from asyncshard.convert.layout import ArrayLayout, read_layout
-from asyncshard.convert.plan import Task
 from asyncshard.convert.report import TaskResult
+from asyncshard.convert.runner import PassSpec, Task
+from asyncshard.formats.precomputed.shard import build_shard, decode_chunk_data, split_shard
+from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.formats.zarr3.metadata import Coords
-from asyncshard.formats.zarr3.shard import (
-    decode_index,
-    decode_shard,
-    encode_shard,
-    index_byte_range,
-)
+from asyncshard.formats.zarr3.shard import decode_index, decode_shard, encode_shard
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Data, Store
 
-__all__ = ["ZarrExecutor", "ZarrPass"]
+__all__ = ["ChunkMover", "PrecomputedExecutor", "ZarrExecutor", "read_present_chunks"]
 
 #: Bytes of source shard indexes a repacking executor keeps cached.
 INDEX_CACHE_BYTES = 64 * 1024 * 1024
 
-
-@dataclass(frozen=True)
-class ZarrPass:
-    """One pass of a Zarr conversion: the array's key prefix, source and target documents."""
-
-    prefix: str
-    source: dict[str, Any]
-    target: dict[str, Any]
-
-    def executor(self, store: Store) -> ZarrExecutor:
-        """An executor of this pass's tasks on ``store``."""
-        return ZarrExecutor(store, self)
+Obj = TypeVar("Obj", bound=Hashable)
 
 
-class ZarrExecutor:
-    """Runs :class:`~asyncshard.convert.plan.Task` objects of one :class:`ZarrPass`."""
+class ChunkMover(ABC, Generic[Obj]):
+    """Runs the ``pack``, ``unpack`` and ``index`` tasks of one pass; objects are named
+    by ``Obj`` (what the format plans with)."""
 
-    def __init__(self, store: Store, spec: ZarrPass) -> None:
+    def __init__(self, store: Store, spec: PassSpec) -> None:
         self.store = store
+        self.prefix = spec.prefix
+
+    # -- what a format says -----------------------------------------------------------
+
+    @abstractmethod
+    def source_key(self, obj: Obj) -> str:
+        """The key of a source object."""
+
+    @abstractmethod
+    def target_key(self, obj: Obj) -> str:
+        """The key of a target object."""
+
+    @abstractmethod
+    def build(self, target: Obj, chunks: Sequence[tuple[Obj, Data]]) -> bytes:
+        """Target shard ``target`` from ``(source object, bytes)`` of unsharded chunks."""
+
+    @abstractmethod
+    def split(self, source: Obj, key: str, shard: Data) -> list[tuple[Obj, BytesLike]]:
+        """``(target object, bytes)`` of every chunk of source shard ``source``."""
+
+    async def index(self, task: Task[Obj]) -> TaskResult:
+        """An ``index`` task: the target exists from an interrupted run."""
+        return TaskResult(len(task.sources), 0, 0, 0, resumed=True)
+
+    async def already_unpacked(self, task: Task[Obj]) -> TaskResult | None:
+        """The result of an ``unpack`` task whose chunks were all written by an
+        interrupted run, found without reading the whole shard (``None``: not known)."""
+        return None
+
+    # -- the shared I/Obj ---------------------------------------------------------------
+
+    async def execute(self, task: Task[Obj]) -> TaskResult:
+        """Do one task."""
+        if task.kind == "pack":
+            assert task.target is not None
+            values = await self.store.get_many([self.source_key(o) for o in task.sources])
+            return await self.write_shard(task.target, task.sources, values)
+        if task.kind == "unpack":
+            return await self.unpack(task)
+        if task.kind == "index":
+            return await self.index(task)
+        return await self.execute_other(task)
+
+    async def execute_other(self, task: Task[Obj]) -> TaskResult:
+        """Tasks of other kinds (``repack``, ``copy``) where the format has them."""
+        raise ValueError(f"unknown task kind {task.kind!r}")
+
+    def moved(self, objs: Sequence[Obj]) -> tuple[Coords, ...]:
+        """The chunks a task result lists (for a manifest); none by default."""
+        return ()
+
+    async def write_shard(
+        self, target: Obj, sources: Sequence[Obj], values: list[Data | None]
+    ) -> TaskResult:
+        """Build shard ``target`` from the ``values`` read for ``sources`` and write it."""
+        pairs = [(o, v) for o, v in zip(sources, values, strict=True) if v is not None]
+        values.clear()
+        nread = sum(len(v) for _, v in pairs)
+        if not pairs:
+            return TaskResult(0, 0, nread, 0)
+        shard = self.build(target, pairs)
+        present = [o for o, _ in pairs]
+        pairs.clear()
+        await self.store.set(self.target_key(target), shard)
+        return TaskResult(len(present), 1, nread, len(shard), self.moved(present))
+
+    async def unpack(self, task: Task[Obj]) -> TaskResult:
+        """Write every chunk of one source shard not written yet."""
+        (shard,) = task.sources
+        if task.existing and (done := await self.already_unpacked(task)) is not None:
+            return done
+        key = self.source_key(shard)
+        buf = await self.store.get(key)
+        if buf is None:
+            return TaskResult(0, 0, 0, 0)
+        pieces = self.split(shard, key, buf)
+        existing = set(task.existing)
+        writes = [(self.target_key(o), d) for o, d in pieces if o not in existing]
+        if writes:
+            await self.store.set_many(writes)
+        written = sum(len(d) for _, d in writes)
+        chunks = self.moved([o for o, _ in pieces])
+        return TaskResult(
+            len(pieces), len(writes), len(buf), written, chunks, resumed=bool(existing)
+        )
+
+
+class ZarrExecutor(ChunkMover[Coords]):
+    """The tasks of a Zarr pass; objects are grid coordinates (chunks or shards)."""
+
+    def __init__(self, store: Store, spec: PassSpec) -> None:
+        super().__init__(store, spec)
         self.src = read_layout(spec.source, spec.prefix)
         self.dst = read_layout(spec.target, spec.prefix)
         self._sharded_src: ZarrShardedStore | None = None
@@ -63,46 +148,51 @@ class ZarrExecutor:
             self._sharded_src = ZarrShardedStore(self.store, self.src.sharding(), cache=cache)
         return self._sharded_src
 
-    async def execute(self, task: Task) -> TaskResult:
-        """Do one task."""
-        if task.kind == "pack":
-            return await self._pack(task)
+    def moved(self, objs: Sequence[Coords]) -> tuple[Coords, ...]:
+        return tuple(objs)
+
+    def source_key(self, obj: Coords) -> str:
+        return self.src.object_key(obj)
+
+    def target_key(self, obj: Coords) -> str:
+        return self.dst.object_key(obj)
+
+    def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
+        assert self.dst.index is not None
+        return encode_shard({self.dst.position(c): v for c, v in chunks}, self.dst.index)
+
+    def split(self, source: Coords, key: str, shard: Data) -> list[tuple[Coords, BytesLike]]:
+        src = self.src
+        assert src.index is not None
+        base = tuple(s * n for s, n in zip(source, src.cps, strict=True))
+        out: list[tuple[Coords, BytesLike]] = []
+        for pos, view in decode_shard(shard, src.index, key=key).items():
+            chunk = tuple(b + p for b, p in zip(base, pos, strict=True))
+            if src.chunk_in_bounds(chunk):
+                out.append((chunk, view))
+        return out
+
+    async def already_unpacked(self, task: Task[Coords]) -> TaskResult | None:
+        chunks, nread = await read_present_chunks(self.store, self.src, task.sources[0])
+        if set(chunks) <= set(task.existing):
+            return TaskResult(len(chunks), 0, nread, 0, tuple(chunks), resumed=True)
+        return None
+
+    async def index(self, task: Task[Coords]) -> TaskResult:
+        assert task.target is not None
+        if not self.dst.sharded:
+            return TaskResult(1, 0, 0, 0, (task.target,), resumed=True)
+        chunks, nread = await read_present_chunks(self.store, self.dst, task.target)
+        return TaskResult(len(chunks), 0, nread, 0, tuple(chunks), resumed=True)
+
+    async def execute_other(self, task: Task[Coords]) -> TaskResult:
         if task.kind == "repack":
             return await self._repack(task)
-        if task.kind == "unpack":
-            return await self._unpack(task)
         if task.kind == "copy":
             return await self._copy(task)
-        if task.kind == "index":
-            return await self._index(task)
-        raise ValueError(f"unknown task kind {task.kind!r}")
+        return await super().execute_other(task)
 
-    # -- building one target shard ----------------------------------------------------
-
-    async def _write_shard(
-        self, target: Coords, chunks: list[Coords], values: list[Data | None]
-    ) -> TaskResult:
-        assert self.dst.index is not None
-        pairs = [(c, v) for c, v in zip(chunks, values, strict=True) if v is not None]
-        found = {self.dst.position(c): v for c, v in pairs}
-        present = tuple(c for c, _ in pairs)
-        nread = sum(len(v) for _, v in pairs)
-        pairs.clear()
-        values.clear()
-        if not found:
-            return TaskResult(0, 0, nread, 0)
-        shard = encode_shard(found, self.dst.index)
-        found.clear()
-        await self.store.set(self.dst.object_key(target), shard)
-        return TaskResult(len(present), 1, nread, len(shard), present)
-
-    async def _pack(self, task: Task) -> TaskResult:
-        assert task.target is not None
-        keys = [(self.src.object_key(c), None) for c in task.sources]
-        values = await self.store.get_partial_values(keys)
-        return await self._write_shard(task.target, list(task.sources), values)
-
-    async def _repack(self, task: Task) -> TaskResult:
+    async def _repack(self, task: Task[Coords]) -> TaskResult:
         assert task.target is not None
         lo, hi = self.dst.chunk_range(task.target)
         feeding = set(task.sources)
@@ -114,67 +204,66 @@ class ZarrExecutor:
         values = await self.sharded_src.get_partial_values(
             [(self.src.object_key(c), None) for c in chunks]
         )
-        return await self._write_shard(task.target, chunks, values)
+        return await self.write_shard(task.target, chunks, values)
 
-    # -- splitting one source shard ---------------------------------------------------
-
-    async def _read_index(self, layout: ArrayLayout, obj: Coords) -> tuple[list[Coords], int]:
-        return await read_present_chunks(self.store, layout, obj)
-
-    async def _unpack(self, task: Task) -> TaskResult:
-        (shard,) = task.sources
-        src = self.src
-        assert src.index is not None
-        if task.existing:  # resuming: skip the shard if every chunk is already out
-            chunks, nread = await self._read_index(src, shard)
-            if set(chunks) <= set(task.existing):
-                return TaskResult(len(chunks), 0, nread, 0, tuple(chunks), resumed=True)
-        key = src.object_key(shard)
-        buf = await self.store.get(key)
-        if buf is None:
-            return TaskResult(0, 0, 0, 0)
-        base = tuple(s * n for s, n in zip(shard, src.cps, strict=True))
-        existing = set(task.existing)
-        present: list[Coords] = []
-        writes: list[tuple[str, memoryview]] = []
-        for pos, view in decode_shard(buf, src.index, key=key).items():
-            chunk = tuple(b + p for b, p in zip(base, pos, strict=True))
-            if not src.chunk_in_bounds(chunk):
-                continue
-            present.append(chunk)
-            if chunk not in existing:
-                writes.append((self.dst.object_key(chunk), view))
-        await asyncio.gather(*(self.store.set(k, v) for k, v in writes))
-        written = sum(len(v) for _, v in writes)
-        return TaskResult(
-            len(present), len(writes), len(buf), written, tuple(present), resumed=bool(existing)
-        )
-
-    # -- same grid: verbatim copies ---------------------------------------------------
-
-    async def _copy(self, task: Task) -> TaskResult:
+    async def _copy(self, task: Task[Coords]) -> TaskResult:
+        """Same object, other key: ``Store.copy`` (a hard link on local files, where no
+        byte moves); a shard's index is read to know the chunks it holds."""
+        if task.target is None:  # a group of unsharded objects, copied concurrently
+            pairs = [(self.src.object_key(o), self.dst.object_key(o)) for o in task.sources]
+            sizes = await self.store.copy_many(pairs)
+            found = [(o, n) for o, n in zip(task.sources, sizes, strict=True) if n is not None]
+            written = sum(n for _, n in found)
+            return TaskResult(len(found), len(found), 0, written, tuple(o for o, _ in found))
         (obj,) = task.sources
-        assert task.target is not None
-        buf = await self.store.get(self.src.object_key(obj))
-        if buf is None:
-            return TaskResult(0, 0, 0, 0)
-        if self.src.index is not None:
-            rng = index_byte_range(self.src.index, len(buf))
-            index = decode_index(
-                memoryview(buf)[rng.as_slice()], self.src.index, shard_size=len(buf)
-            )
-            chunks = tuple(self.src.present_chunks(obj, index))
+        nread = 0
+        if self.src.sharded:
+            chunks, nread = await read_present_chunks(self.store, self.src, obj)
         else:
-            chunks = (obj,)
-        await self.store.set(self.dst.object_key(task.target), buf)
-        return TaskResult(len(chunks), 1, len(buf), len(buf), chunks)
+            chunks = [obj]
+        size = await self.store.copy(self.src.object_key(obj), self.dst.object_key(task.target))
+        if size is None:
+            return TaskResult(0, 0, nread, 0)
+        return TaskResult(len(chunks), 1, nread, size, tuple(chunks))
 
-    async def _index(self, task: Task) -> TaskResult:
-        assert task.target is not None
-        if not self.dst.sharded:
-            return TaskResult(1, 0, 0, 0, (task.target,), resumed=True)
-        chunks, nread = await self._read_index(self.dst, task.target)
-        return TaskResult(len(chunks), 0, nread, 0, tuple(chunks), resumed=True)
+
+class PrecomputedExecutor(ChunkMover[str]):
+    """The tasks of a precomputed pass; objects are file names in the scale folder."""
+
+    def __init__(self, store: Store, spec: PassSpec) -> None:
+        super().__init__(store, spec)
+        self.src = Scale.from_json(spec.source)
+        self.dst = Scale.from_json(spec.target)
+
+    def source_key(self, obj: str) -> str:
+        return self.prefix + obj
+
+    def target_key(self, obj: str) -> str:
+        return self.prefix + obj
+
+    def build(self, target: str, chunks: Sequence[tuple[str, Data]]) -> bytes:
+        spec = self.dst.sharding
+        assert spec is not None
+        by_id: dict[int, Data] = {}
+        for name, value in chunks:
+            pos = self.src.parse_chunk_name(name)
+            if pos is not None:
+                by_id[self.dst.chunk_id(pos)] = value
+        return build_shard(by_id, spec)
+
+    def split(self, source: str, key: str, shard: Data) -> list[tuple[str, BytesLike]]:
+        spec = self.src.sharding
+        assert spec is not None
+        number = spec.parse_shard_filename(source)
+        assert number is not None
+        out: list[tuple[str, BytesLike]] = []
+        for chunk_id, view in split_shard(shard, spec, number, key=key).items():
+            try:
+                name = self.dst.chunk_name(self.src.grid_pos_of(chunk_id))
+            except ValueError:
+                continue  # an id outside the grid: no reader can ask for it
+            out.append((name, decode_chunk_data(view, spec, key=key)))
+        return out
 
 
 async def read_present_chunks(
@@ -192,3 +281,4 @@ async def read_present_chunks(
         return [], 0
     index = decode_index(result.data, layout.index, shard_size=result.meta.size, key=key)
     return layout.present_chunks(shard, index), len(result.data)
+

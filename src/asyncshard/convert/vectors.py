@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from asyncshard.convert.session import read_json
+from asyncshard.errors import InvalidMetadataError
+from asyncshard.sharding.common import read_json
 from asyncshard.store import Store
 
 __all__ = ["LEVEL_ATTRIBUTE", "Role", "VectorRoles", "spatial"]
@@ -57,9 +58,11 @@ class VectorRoles:
 
     async def _is_level(self, group: str) -> bool:
         if group not in self._levels:
-            got = await read_json(self.store, f"{group}/zarr.json" if group else "zarr.json")
-            doc = got[0] if got is not None else None
-            attributes = doc.get("attributes") if isinstance(doc, dict) else None
+            try:
+                doc = await read_json(self.store, f"{group}/zarr.json" if group else "zarr.json")
+            except InvalidMetadataError:
+                doc = None
+            attributes = doc.get("attributes") if doc is not None else None
             self._levels[group] = isinstance(attributes, dict) and LEVEL_ATTRIBUTE in attributes
         return self._levels[group]
 

@@ -17,7 +17,7 @@ whichever layout ``zarr.json`` names at that moment. Keeping the array readable 
 instant requires the new objects to have keys that no live object has. So a conversion
 writes the new layout under a *disjoint* chunk key encoding, the array's encoding with
 the other separator (``c/0/0`` becomes ``c.0.0``; see
-:meth:`~asyncshard.convert.layout.Encoding.partner` for 0-d and 1-d ``v2`` arrays).
+:func:`~asyncshard.convert.layout.partner` for 0-d and 1-d ``v2`` arrays).
 Zarr readers (zarr-python, tensorstore) follow ``chunk_key_encoding`` in ``zarr.json``,
 so the change is invisible to them, and it costs nothing: one read and one write of
 every byte.
@@ -31,6 +31,9 @@ every byte.
 
 A pass
 ------
+The pipeline (:mod:`asyncshard.convert.pipeline`) runs every pass of every format the
+same way; this module is the Zarr plug-in (:class:`ZarrArray`):
+
 1. Write the journal (:mod:`asyncshard.convert.journal`) naming source and target.
 2. List the array folder; plan one task per target object (or per source shard when
    unsharding): one writer per object, so tasks run in any order, anywhere.
@@ -51,18 +54,16 @@ layout are skipped. Conversions assume no one writes to the array meanwhile.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack, cast
 
-from asyncshard.convert.journal import Journal, normalize, read_journal, remove_journal
+from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import (
     ArrayLayout,
     IndexLocation,
-    Separator,
     layout_doc,
     read_layout,
-    same_layout,
 )
 from asyncshard.convert.manifest import (
     manifest_form,
@@ -71,6 +72,7 @@ from asyncshard.convert.manifest import (
     switched_manifest,
     with_manifest,
 )
+from asyncshard.convert.pipeline import Doc, Listing, Node, RunOptions, convert_nodes
 from asyncshard.convert.plan import (
     Request,
     normalize_shard_shape,
@@ -78,31 +80,19 @@ from asyncshard.convert.plan import (
     plan_passes,
     resolve_target,
 )
-from asyncshard.convert.report import (
-    ArrayReport,
-    ConversionSummary,
-    PassDone,
-    PassStarted,
-    ProgressCallback,
-    TaskDone,
-    TaskResult,
-)
-from asyncshard.convert.runner import Runner
-from asyncshard.convert.session import (
-    delete_keys,
-    make_runner,
-    opened,
-    read_json,
-    run_sync,
-    write_json,
-)
-from asyncshard.convert.tasks import ZarrPass
+from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
+from asyncshard.convert.runner import PassSpec, Task
+from asyncshard.convert.session import blocking, opened, write_json
+from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.vectors import Role, VectorRoles
-from asyncshard.errors import ConversionError, InvalidMetadataError
-from asyncshard.formats.zarr3.metadata import Coords
+from asyncshard.errors import InvalidMetadataError
+from asyncshard.formats.zarr3.metadata import Coords, Separator
+from asyncshard.sharding.common import read_json_versioned
 from asyncshard.store import Store
 
 __all__ = [
+    "ZarrArray",
+    "ZarrOptions",
     "convert_store",
     "find_arrays",
     "rebuild_manifest",
@@ -116,14 +106,31 @@ __all__ = [
 ]
 
 META = "zarr.json"
+_OBJECT_LEVEL = "zarr-vectors object-level array: kept flat as zarr-vectors does"
+
+
+class ZarrOptions(RunOptions, total=False):
+    """:class:`~asyncshard.convert.pipeline.RunOptions` plus the manifest options.
+
+    ``manifest`` writes the ``nonempty_chunks`` attribute on converted arrays (when
+    false it is still kept correct where it exists); ``rebuild_manifest`` rebuilds it
+    from the data on skipped arrays.
+    """
+
+    manifest: bool
+    rebuild_manifest: bool
 
 
 def _prefix(path: str) -> str:
     return f"{path}/" if path else ""
 
 
-def _normalize_path(path: str) -> str:
-    return path.strip("/")
+async def _read_doc(store: Store, key: str) -> tuple[dict[str, Any], str | None] | None:
+    """A metadata document and its version; ``None`` if missing or not a JSON object."""
+    try:
+        return await read_json_versioned(store, key)
+    except InvalidMetadataError:
+        return None
 
 
 async def find_arrays(store: Store) -> list[str]:
@@ -137,8 +144,8 @@ async def find_arrays(store: Store) -> list[str]:
     async def walk(prefix: str) -> None:
         keys, prefixes = await store.list_dir(prefix)
         if prefix + META in keys:
-            got = await read_json(store, prefix + META)
-            if got is not None and isinstance(got[0], dict) and got[0].get("node_type") == "array":
+            got = await _read_doc(store, prefix + META)
+            if got is not None and got[0].get("node_type") == "array":
                 found.append(prefix.rstrip("/"))
                 return
         for child in prefixes:
@@ -149,59 +156,103 @@ async def find_arrays(store: Store) -> list[str]:
 
 
 @dataclass
-class _Array:
-    """The metadata of the array being converted, as last read or written."""
+class ZarrArray(Node):
+    """The Zarr plug-in of the pipeline: one array, its ``zarr.json`` and the request."""
 
     path: str
-    doc: dict[str, Any]
+    doc: Doc
     version: str | None
+    request: Request
+    manifest: bool = True
+    rebuild_manifest: bool = False
 
     @property
     def prefix(self) -> str:
         return _prefix(self.path)
 
+    @property
+    def meta_key(self) -> str:
+        return self.prefix + META
+
     def layout(self, doc: Mapping[str, Any] | None = None) -> ArrayLayout:
+        """The layout of ``doc`` (or of the current document) under this array's prefix."""
         return read_layout(self.doc if doc is None else doc, self.prefix)
 
+    def describe(self, doc: Mapping[str, Any] | None = None) -> str:
+        return self.layout(doc).describe()
 
-@dataclass(frozen=True)
-class _Options:
-    request: Request
-    runner: Runner
-    manifest: bool
-    rebuild_manifest: bool
-    progress: ProgressCallback | None
+    def target(self) -> Doc | str:
+        final = resolve_target(self.doc, self.request)
+        return f"already {self.describe()}" if final is None else final
 
-    def emit(self, event: PassStarted | TaskDone | PassDone) -> None:
-        if self.progress is not None:
-            self.progress(event)
+    def satisfies(self, final: Mapping[str, Any]) -> bool:
+        if resolve_target(final, self.request) is not None:
+            return False
+        separator = self.request.separator
+        return separator is None or read_layout(final).encoding.separator == separator
 
+    def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
+        return plan_passes(self.doc, final)
 
-async def _scan(
-    store: Store, prefix: str, src: ArrayLayout, dst: ArrayLayout | None = None
-) -> tuple[list[str], list[Coords], list[tuple[str, Coords]]]:
-    """Keys and coords of the source objects, and ``(key, coords)`` of target objects."""
-    src_keys: list[str] = []
-    src_objects: list[Coords] = []
-    dst_objects: list[tuple[str, Coords]] = []
-    async for key in store.list_prefix(prefix):
-        coords = src.parse_object_key(key)
-        if coords is not None:
-            src_keys.append(key)
-            src_objects.append(coords)
-        elif dst is not None and (coords := dst.parse_object_key(key)) is not None:
-            dst_objects.append((key, coords))
-    return src_keys, src_objects, dst_objects
+    def layout_doc(self, doc: Mapping[str, Any]) -> Doc:
+        return layout_doc(doc)
+
+    def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
+        return self.layout(doc).parse_object_key
+
+    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[Coords]], int]:
+        objects = cast(list[Coords], listing.objects)
+        found = cast(list[Coords], listing.found_objects)
+        return plan_pass(self.layout(source), self.layout(target), objects, found)
+
+    def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
+        return PassSpec(ZarrExecutor, self.prefix, source, target)
+
+    async def switch(
+        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
+    ) -> None:
+        chunks = [c for result in results for c in result.chunks]
+        keys, note = switched_manifest(
+            self.doc, self.layout(), self.layout(target), chunks, add=self.manifest, name=self.path
+        )
+        if note is not None and note not in report.notes:  # once for both passes of a reshard
+            report.notes.append(note)
+        doc = dict(normalize(target))
+        doc["attributes"] = self.doc.get("attributes", {})
+        await self._write(store, with_manifest(doc, keys))
+
+    async def resync(self, store: Store) -> None:
+        await _sync_consolidated(store, self.path, self.doc)
+
+    async def skipped(self, store: Store, report: ArrayReport) -> None:
+        if self.rebuild_manifest:
+            try:
+                report.reason += f"; manifest rebuilt ({await self.rebuild(store)} chunks)"
+            except ValueError as exc:
+                report.reason += f"; manifest not rebuilt: {exc}"
+
+    async def _write(self, store: Store, doc: Doc) -> None:
+        self.version = await write_json(store, self.meta_key, doc, self.version)
+        self.doc = doc
+        await _sync_consolidated(store, self.path, doc)
+
+    async def rebuild(self, store: Store) -> int:
+        """Rebuild the manifest from the stored chunks, in its current form (``ValueError``
+        for a manifest in an unknown form, left as it is); return its length."""
+        layout = self.layout()
+        form = manifest_form(self.doc, layout) or "zarr-vectors"
+        keys = manifest_keys(form, self.doc, layout, await stored_chunks(store, layout))
+        await self._write(store, with_manifest(self.doc, keys))
+        return len(keys)
 
 
 async def _sync_consolidated(store: Store, path: str, doc: Mapping[str, Any]) -> None:
     """Replace the array's entry in ancestor groups' ``consolidated_metadata``."""
     parts = path.split("/") if path else []
     for depth in range(len(parts) - 1, -1, -1):
-        group = "/".join(parts[:depth])
-        key = _prefix(group) + META
-        got = await read_json(store, key)
-        if got is None or not isinstance(got[0], dict):
+        key = _prefix("/".join(parts[:depth])) + META
+        got = await _read_doc(store, key)
+        if got is None:
             continue
         group_doc, version = got
         consolidated = group_doc.get("consolidated_metadata")
@@ -213,140 +264,38 @@ async def _sync_consolidated(store: Store, path: str, doc: Mapping[str, Any]) ->
             await write_json(store, key, group_doc, version)
 
 
-async def _switch(
-    store: Store, array: _Array, target: Mapping[str, Any], keys: list[str] | None
-) -> None:
-    """Make ``target`` the array's metadata (keeping its attributes, setting the manifest
-    to ``keys`` unless ``None``)."""
-    doc = dict(normalize(target))
-    doc["attributes"] = array.doc.get("attributes", {})
-    doc = with_manifest(doc, keys)
-    array.version = await write_json(store, array.prefix + META, doc, array.version)
-    array.doc = doc
-    await _sync_consolidated(store, array.path, doc)
-
-
-async def _run_pass(
-    store: Store,
-    array: _Array,
-    source: dict[str, Any],
-    target: dict[str, Any],
-    final: dict[str, Any],
-    opts: _Options,
-    report: ArrayReport,
-    *,
-    number: int,
-    passes: int,
-    resume: bool,
-) -> None:
-    prefix = array.prefix
-    # layouts only: attributes (a manifest can be big) stay out of the journal and tasks
-    source, target, final = layout_doc(source), layout_doc(target), layout_doc(final)
-    src, dst = array.layout(source), array.layout(target)
-    src_keys, src_objects, dst_found = await _scan(store, prefix, src, dst)
-    if dst_found and not resume:
-        raise ConversionError(
-            f"{array.path or '/'}: {len(dst_found)} objects already use the target keys "
-            f"(e.g. {dst_found[0][0]}) and no conversion journal accounts for them; "
-            "remove them and run again"
-        )
-    if not resume:
-        await Journal(normalize(source), normalize(target), normalize(final)).write(store, prefix)
-    tasks, ignored = plan_pass(src, dst, src_objects, [c for _, c in dst_found])
-    report.objects_ignored += ignored
-    opts.emit(
-        PassStarted(array.path, number, passes, len(tasks), f"{src.describe()} -> {dst.describe()}")
+async def _load(
+    store: Store, path: str, request: Request, options: ZarrOptions
+) -> ZarrArray | ArrayReport:
+    """The array at ``path`` as a node, or the report of why it is skipped."""
+    got = await _read_doc(store, _prefix(path) + META)
+    if got is None:
+        return ArrayReport(path, "skipped", reason=f"no readable {_prefix(path)}{META}")
+    node = ZarrArray(
+        path,
+        got[0],
+        got[1],
+        request,
+        options.get("manifest", True),
+        options.get("rebuild_manifest", False),
     )
-    chunks: list[Coords] = []
-
-    def on_result(result: TaskResult) -> None:
-        chunks.extend(result.chunks)
-        report.add(result)
-        opts.emit(TaskDone(array.path, result))
-
-    await opts.runner.run(store, ZarrPass(prefix, source, target), tasks, on_result)
-    keys, note = switched_manifest(
-        array.doc, array.layout(), dst, chunks, add=opts.manifest, name=array.path
-    )
-    if note is not None and note not in report.notes:  # once for both passes of a reshard
-        report.notes.append(note)
-    await _switch(store, array, target, keys)
-    await delete_keys(store, src_keys)
-    report.objects_deleted += len(src_keys)
-    report.chunks = len(chunks)
-    report.passes += 1
-    if number == passes:
-        await remove_journal(store, prefix)
-    opts.emit(PassDone(array.path, number))
+    if node.doc.get("node_type") != "array" or node.doc.get("zarr_format") != 3:
+        return ArrayReport(path, "skipped", reason="not a Zarr v3 array")
+    try:
+        normalize_shard_shape(request.shard_shape, node.layout().ndim)
+    except (InvalidMetadataError, ValueError) as exc:
+        return ArrayReport(path, "skipped", reason=str(exc))
+    return node
 
 
-def _agrees(final: Mapping[str, Any], request: Request) -> bool:
-    """Whether a journaled final layout is what ``request`` asks for."""
-    if resolve_target(final, request) is not None:
-        return False
-    return request.separator is None or read_layout(final).encoding.separator == request.separator
-
-
-async def _settle(
-    store: Store, array: _Array, journal: Journal, request: Request, report: ArrayReport
-) -> tuple[dict[str, Any] | None, bool]:
-    """Deal with an interrupted conversion; return ``(final doc or None, resume pass)``.
-
-    After the switch: delete the old objects left. Before it: resume the pass if the
-    request is the same, else delete the new objects written so far.
-    """
-    prefix = array.prefix
-    agrees = _agrees(journal.final, request)
-    if same_layout(array.doc, journal.target):
-        await _sync_consolidated(store, array.path, array.doc)
-        src_keys, _, _ = await _scan(store, prefix, array.layout(journal.source))
-        await delete_keys(store, src_keys)
-        report.objects_deleted += len(src_keys)
-        report.resumed = True
-        report.passes += 1
-        if agrees and not same_layout(array.doc, journal.final):
-            return journal.final, False
-        await remove_journal(store, prefix)
-        return (None if agrees else resolve_target(array.doc, request)), False
-    if not same_layout(array.doc, journal.source):
-        raise ConversionError(
-            f"{prefix}{META} matches neither side of the interrupted conversion recorded in "
-            f"{prefix}asyncshard-conversion.json; inspect the array and remove the journal"
-        )
-    if agrees:
-        first_target = plan_passes(array.doc, journal.final)[0][1]
-        if same_layout(normalize(first_target), journal.target):
-            report.resumed = True
-            return journal.final, True
-    stale, _, _ = await _scan(store, prefix, array.layout(journal.target))
-    await delete_keys(store, stale)
-    await remove_journal(store, prefix)
-    return resolve_target(array.doc, request), False
-
-
-async def _rebuild(store: Store, array: _Array) -> int:
-    """Rebuild the manifest from the stored chunks, in its current form (``ValueError``
-    for a manifest in an unknown form, left as it is)."""
-    layout = array.layout()
-    form = manifest_form(array.doc, layout) or "zarr-vectors"
-    keys = manifest_keys(form, array.doc, layout, await stored_chunks(store, layout))
-    doc = with_manifest(array.doc, keys)
-    array.version = await write_json(store, array.prefix + META, doc, array.version)
-    array.doc = doc
-    await _sync_consolidated(store, array.path, doc)
-    return len(keys)
-
-
-_OBJECT_LEVEL = "zarr-vectors object-level array: kept flat as zarr-vectors does"
-
-
-def _for_vectors(opts: _Options, role: Role | None, walked: bool) -> _Options | str:
-    """The options for an array of a zarr-vectors level (see :mod:`.vectors`), or why it
+def _for_vectors(
+    request: Request, options: ZarrOptions, role: Role | None, walked: bool
+) -> tuple[Request, ZarrOptions] | str:
+    """The request for an array of a zarr-vectors level (see :mod:`.vectors`), or why it
     is skipped: flat arrays get ``c/i/j/k`` keys; object-level arrays found by the walk
     are not sharded, and no manifest is added to or rebuilt on them."""
     if role is None:
-        return opts
-    request = opts.request
+        return request, options
     if request.shard_shape is None:
         if request.separator == ".":
             return "zarr-vectors finds flat chunks under c/ only; separator '.' refused"
@@ -354,107 +303,36 @@ def _for_vectors(opts: _Options, role: Role | None, walked: bool) -> _Options | 
     elif role == "object" and walked:
         return _OBJECT_LEVEL
     if role == "object":
-        return replace(opts, request=request, manifest=False, rebuild_manifest=False)
-    return replace(opts, request=request)
+        return request, {**options, "manifest": False, "rebuild_manifest": False}
+    return request, options
 
 
-async def _convert_array(
-    store: Store, path: str, opts: _Options, role: Role | None = None, walked: bool = True
-) -> ArrayReport:
-    report = ArrayReport(path, "skipped")
-    chosen = _for_vectors(opts, role, walked)
-    if isinstance(chosen, str):
-        report.reason = chosen
-        return report
-    opts = chosen
-    got = await read_json(store, _prefix(path) + META)
-    if got is None or not isinstance(got[0], dict):
-        report.reason = f"no readable {_prefix(path)}{META}"
-        return report
-    array = _Array(path, got[0], got[1])
-    if array.doc.get("node_type") != "array" or array.doc.get("zarr_format") != 3:
-        report.reason = "not a Zarr v3 array"
-        return report
-    try:
-        before = array.layout()
-        normalize_shard_shape(opts.request.shard_shape, before.ndim)
-    except (InvalidMetadataError, ValueError) as exc:
-        report.reason = str(exc)
-        return report
-    journal = await read_journal(store, array.prefix)
-    if journal is not None:
-        final, resume = await _settle(store, array, journal, opts.request, report)
-    else:
-        final, resume = resolve_target(array.doc, opts.request), False
-    report.source = before.describe()
-    if final is None:
-        if report.resumed:  # an interrupted run finished here
-            report.action = "converted"
-            report.target = array.layout().describe()
-            return report
-        report.reason = f"already {before.describe()}"
-        if opts.rebuild_manifest:
-            try:
-                report.reason += f"; manifest rebuilt ({await _rebuild(store, array)} chunks)"
-            except ValueError as exc:
-                report.reason += f"; manifest not rebuilt: {exc}"
-        return report
-    report.action = "converted"
-    report.target = array.layout(final).describe()
-    passes = plan_passes(array.doc, final)
-    for number, (source, target) in enumerate(passes, start=1):
-        await _run_pass(
-            store,
-            array,
-            source,
-            target,
-            final,
-            opts,
-            report,
-            number=number,
-            passes=len(passes),
-            resume=resume and number == 1,
-        )
-    return report
+def _normalize_path(path: str) -> str:
+    return path.strip("/")
 
 
 async def convert_store(
     url_or_store: str | Store,
     request: Request,
     arrays: Sequence[str] | None = None,
-    *,
-    max_in_flight: int | None = None,
-    client: Any = None,
-    runner: Runner | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    manifest: bool = True,
-    rebuild_manifest: bool = False,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[ZarrOptions],
 ) -> ConversionSummary:
     """Convert every array of a store (or the ``arrays`` paths) as ``request`` says.
 
     See :func:`shard_store_async` for the options.
     """
-    started = time.perf_counter()
-    chosen = make_runner(
-        url_or_store,
-        runner=runner,
-        client=client,
-        storage_options=storage_options,
-        max_in_flight=max_in_flight,
-    )
-    opts = _Options(request, chosen, manifest, rebuild_manifest, progress)
-    summary = ConversionSummary()
-    async with opened(url_or_store, storage_options) as store:
+
+    async def nodes(store: Store) -> AsyncIterator[ZarrArray | ArrayReport]:
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
         roles = VectorRoles(store)
         for path in paths:
-            role = await roles.role(path)
-            summary.arrays.append(
-                await _convert_array(store, path, opts, role, walked=arrays is None)
-            )
-    summary.seconds = time.perf_counter() - started
-    return summary
+            chosen = _for_vectors(request, options, await roles.role(path), arrays is None)
+            if isinstance(chosen, str):
+                yield ArrayReport(path, "skipped", reason=chosen)
+            else:
+                yield await _load(store, path, *chosen)
+
+    return await convert_nodes(url_or_store, nodes, options)
 
 
 async def shard_store_async(
@@ -465,13 +343,7 @@ async def shard_store_async(
     separator: Separator | None = None,
     index_location: IndexLocation | None = None,
     checksum: bool | None = None,
-    max_in_flight: int | None = None,
-    client: Any = None,
-    runner: Runner | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    manifest: bool = True,
-    rebuild_manifest: bool = False,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[ZarrOptions],
 ) -> ConversionSummary:
     """Shard every Zarr v3 array of a store (or those at the paths ``arrays``).
 
@@ -482,30 +354,16 @@ async def shard_store_async(
 
     Options: ``separator`` forces the key separator of the result (see the module
     docstring); ``index_location``/``checksum`` the shard index (default ``end`` with
-    crc32c, or the current ones); ``max_in_flight`` shards in memory at once (default
-    8); ``client`` a ``dask.distributed.Client`` to run the tasks on (the store must
-    then be a URL, opened by workers with ``storage_options``), or a custom ``runner``;
-    ``manifest`` writes the ``nonempty_chunks`` attribute on converted arrays (when
-    false it is still kept correct where it exists); ``rebuild_manifest`` rebuilds it
-    from the data on skipped arrays; ``progress`` receives
-    :class:`~asyncshard.convert.report.ProgressEvent` objects.
+    crc32c, or the current ones); the runner options of
+    :class:`~asyncshard.convert.pipeline.RunOptions` (``max_in_flight``, ``client``,
+    ``runner``, ``storage_options``, ``progress``) and the manifest options of
+    :class:`ZarrOptions` (``manifest``, ``rebuild_manifest``).
     """
     if shard_shape is None:
         raise ValueError("shard_shape is required; use unshard_store to go back to flat")
     shape = shard_shape if isinstance(shard_shape, int) else tuple(shard_shape)
     request = Request(shape, separator, index_location, checksum)
-    return await convert_store(
-        url_or_store,
-        request,
-        arrays,
-        max_in_flight=max_in_flight,
-        client=client,
-        runner=runner,
-        storage_options=storage_options,
-        manifest=manifest,
-        rebuild_manifest=rebuild_manifest,
-        progress=progress,
-    )
+    return await convert_store(url_or_store, request, arrays, **options)
 
 
 async def unshard_store_async(
@@ -513,71 +371,37 @@ async def unshard_store_async(
     arrays: Sequence[str] | None = None,
     *,
     separator: Separator | None = None,
-    max_in_flight: int | None = None,
-    client: Any = None,
-    runner: Runner | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    manifest: bool = True,
-    rebuild_manifest: bool = False,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[ZarrOptions],
 ) -> ConversionSummary:
     """Turn every sharded array into one object per chunk; flat arrays are skipped.
 
     Options as for :func:`shard_store_async`.
     """
-    return await convert_store(
-        url_or_store,
-        Request(None, separator),
-        arrays,
-        max_in_flight=max_in_flight,
-        client=client,
-        runner=runner,
-        storage_options=storage_options,
-        manifest=manifest,
-        rebuild_manifest=rebuild_manifest,
-        progress=progress,
-    )
+    return await convert_store(url_or_store, Request(None, separator), arrays, **options)
 
 
 async def reshard_async(
     url_or_store: str | Store,
     shard_shape: int | Sequence[int] | None,
     arrays: Sequence[str] | None = None,
-    **options: Any,
+    *,
+    separator: Separator | None = None,
+    index_location: IndexLocation | None = None,
+    checksum: bool | None = None,
+    **options: Unpack[ZarrOptions],
 ) -> ConversionSummary:
     """Change the shard shape in place; ``None`` is :func:`unshard_store_async`."""
     if shard_shape is None:
-        options.pop("index_location", None)
-        options.pop("checksum", None)
-        return await unshard_store_async(url_or_store, arrays, **options)
-    return await shard_store_async(url_or_store, shard_shape, arrays, **options)
-
-
-def shard_store(
-    url_or_store: str | Store,
-    shard_shape: int | Sequence[int],
-    arrays: Sequence[str] | None = None,
-    **options: Any,
-) -> ConversionSummary:
-    """Synchronous :func:`shard_store_async` (spec 002: ``shard_store("scan.zv", 8)``)."""
-    return run_sync(shard_store_async(url_or_store, shard_shape, arrays, **options))
-
-
-def unshard_store(
-    url_or_store: str | Store, arrays: Sequence[str] | None = None, **options: Any
-) -> ConversionSummary:
-    """Synchronous :func:`unshard_store_async`."""
-    return run_sync(unshard_store_async(url_or_store, arrays, **options))
-
-
-def reshard(
-    url_or_store: str | Store,
-    shard_shape: int | Sequence[int] | None,
-    arrays: Sequence[str] | None = None,
-    **options: Any,
-) -> ConversionSummary:
-    """Synchronous :func:`reshard_async`; ``reshard(url, None)`` unshards."""
-    return run_sync(reshard_async(url_or_store, shard_shape, arrays, **options))
+        return await unshard_store_async(url_or_store, arrays, separator=separator, **options)
+    return await shard_store_async(
+        url_or_store,
+        shard_shape,
+        arrays,
+        separator=separator,
+        index_location=index_location,
+        checksum=checksum,
+        **options,
+    )
 
 
 async def rebuild_manifest_async(
@@ -594,31 +418,33 @@ async def rebuild_manifest_async(
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
         roles = VectorRoles(store)
         for path in paths:
-            report = ArrayReport(path, "skipped")
-            summary.arrays.append(report)
             if arrays is None and await roles.role(path) == "object":
-                report.reason = _OBJECT_LEVEL
+                summary.arrays.append(ArrayReport(path, "skipped", reason=_OBJECT_LEVEL))
                 continue
-            got = await read_json(store, _prefix(path) + META)
-            if got is None or not isinstance(got[0], dict):
-                report.reason = f"no readable {_prefix(path)}{META}"
-            elif await read_journal(store, _prefix(path)) is not None:
-                report.reason = "a conversion is in flight; finish it first"
-            else:
-                array = _Array(path, got[0], got[1])
-                try:
-                    report.source = array.layout().describe()
-                    report.chunks = await _rebuild(store, array)
-                    report.action = "manifest"
-                    report.reason = f"manifest rebuilt ({report.chunks} chunks)"
-                except (InvalidMetadataError, ValueError) as exc:
-                    report.reason = str(exc)
+            summary.arrays.append(await _rebuild_one(store, path))
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def rebuild_manifest(
-    url_or_store: str | Store, arrays: Sequence[str] | None = None, **options: Any
-) -> ConversionSummary:
-    """Synchronous :func:`rebuild_manifest_async`."""
-    return run_sync(rebuild_manifest_async(url_or_store, arrays, **options))
+async def _rebuild_one(store: Store, path: str) -> ArrayReport:
+    loaded = await _load(store, path, Request(None), {})
+    if isinstance(loaded, ArrayReport):
+        return loaded
+    report = ArrayReport(path, "skipped")
+    if await read_journal(store, loaded.prefix) is not None:
+        report.reason = "a conversion is in flight; finish it first"
+        return report
+    try:
+        report.source = loaded.describe()
+        report.chunks = await loaded.rebuild(store)
+        report.action = "manifest"
+        report.reason = f"manifest rebuilt ({report.chunks} chunks)"
+    except (InvalidMetadataError, ValueError) as exc:
+        report.reason = str(exc)
+    return report
+
+
+shard_store = blocking(shard_store_async)
+unshard_store = blocking(unshard_store_async)
+reshard = blocking(reshard_async)
+rebuild_manifest = blocking(rebuild_manifest_async)

@@ -11,7 +11,14 @@ from typing import Any
 from asyncshard.formats.jsondoc import parse_json_object
 from asyncshard.store import BytesLike, GetResult, Store, retry_on_conflict
 
-__all__ = ["UNCHANGED", "Unchanged", "new_namespace", "read_json", "read_merge_write"]
+__all__ = [
+    "UNCHANGED",
+    "Unchanged",
+    "new_namespace",
+    "read_json",
+    "read_json_versioned",
+    "read_merge_write",
+]
 
 _namespaces = itertools.count()
 
@@ -89,7 +96,14 @@ async def read_merge_write(
     return await retry_on_conflict(attempt, shard_key)
 
 
+async def read_json_versioned(store: Store, key: str) -> tuple[dict[str, Any], str | None] | None:
+    """The JSON object stored at ``key`` and its version (for a conditional rewrite),
+    ``None`` if missing; ``InvalidMetadataError`` if it is not a JSON object."""
+    got = await store.get_object(key)
+    return None if got is None else (parse_json_object(got.data, key), got.meta.version)
+
+
 async def read_json(store: Store, key: str) -> dict[str, Any] | None:
-    """The JSON object stored at ``key``, ``None`` if missing; ``InvalidMetadataError`` if bad."""
-    raw = await store.get(key)
-    return None if raw is None else parse_json_object(raw, key)
+    """The JSON object stored at ``key`` (:func:`read_json_versioned` without the version)."""
+    got = await read_json_versioned(store, key)
+    return None if got is None else got[0]

@@ -1,0 +1,319 @@
+"""One conversion pipeline for every format: journal, passes, switch, cleanup, report.
+
+A :class:`Node` is what a conversion changes in place: a Zarr array
+(:mod:`asyncshard.convert.zarr`) or a precomputed scale
+(:mod:`asyncshard.convert.precomputed`). A format plug-in says what its layouts are
+(documents), which keys are objects of a layout, how to plan the tasks of a pass and
+how to switch the metadata; everything else is here, the same for every format:
+
+1. write the journal (:mod:`asyncshard.convert.journal`) naming source and target;
+2. list the node's objects and plan one task per target object (or source shard);
+3. run the tasks (:mod:`asyncshard.convert.runner`: asyncio or Dask);
+4. switch the metadata (conditional on the version read at the start);
+5. delete the old objects in large batches, then the journal (or start the next pass).
+
+An interrupted run is settled from the journal by the next one (:func:`_settle`).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from asyncshard.convert.journal import Journal, journal_key, normalize, read_journal, remove_journal
+from asyncshard.convert.report import (
+    ArrayReport,
+    ConversionSummary,
+    PassDone,
+    PassStarted,
+    ProgressCallback,
+    ProgressEvent,
+    TaskDone,
+    TaskResult,
+)
+from asyncshard.convert.runner import Job, PassSpec, Runner, Task
+from asyncshard.convert.session import delete_keys, make_runner, opened
+from asyncshard.errors import ConversionError
+from asyncshard.store import Store
+
+__all__ = ["Listing", "Node", "Options", "RunOptions", "convert_nodes"]
+
+Doc = dict[str, Any]
+
+
+class RunOptions(TypedDict, total=False):
+    """Keyword options of every conversion function.
+
+    ``max_in_flight``: tasks (shards) in memory at once (default 8; per worker thread
+    with Dask); ``client``: a ``dask.distributed.Client`` to run the tasks on (the store
+    must then be a URL or have one, see :attr:`~asyncshard.store.Store.url`); ``runner``:
+    a custom :class:`~asyncshard.convert.runner.Runner`; ``storage_options``: options of
+    ``open_store`` for a URL (also used by Dask workers); ``progress``: receives
+    :class:`~asyncshard.convert.report.ProgressEvent` objects.
+    """
+
+    max_in_flight: int | None
+    client: Any
+    runner: Runner | None
+    storage_options: Mapping[str, Any] | None
+    progress: ProgressCallback | None
+
+
+@dataclass(frozen=True)
+class Options:
+    """How nodes are converted: the runner and the progress callback."""
+
+    runner: Runner
+    progress: ProgressCallback | None = None
+
+    def emit(self, event: ProgressEvent) -> None:
+        """Send ``event`` to the progress callback, if any."""
+        if self.progress is not None:
+            self.progress(event)
+
+
+@dataclass
+class Listing:
+    """The objects of a node found by listing: the keys and names of source objects, and
+    ``(key, name)`` of target objects (written by an interrupted run of the pass)."""
+
+    keys: list[str] = field(default_factory=list)
+    objects: list[Hashable] = field(default_factory=list)
+    found: list[tuple[str, Hashable]] = field(default_factory=list)
+
+    @property
+    def found_objects(self) -> list[Hashable]:
+        """The names of the target objects found."""
+        return [obj for _, obj in self.found]
+
+
+class Node(ABC):
+    """A format plug-in: one array or scale, its metadata, and its layouts.
+
+    ``path`` names it in reports, ``prefix`` starts the keys of its objects (its journal
+    lives there), ``meta_key`` is its metadata object and ``doc`` its current layout
+    document (updated by :meth:`switch`).
+    """
+
+    path: str
+    doc: Doc
+
+    @property
+    @abstractmethod
+    def prefix(self) -> str:
+        """The key prefix of the node's objects (and of its journal)."""
+
+    @property
+    @abstractmethod
+    def meta_key(self) -> str:
+        """The key of the node's metadata object."""
+
+    @abstractmethod
+    def describe(self, doc: Mapping[str, Any] | None = None) -> str:
+        """A short description of a layout (``doc``, or the current one)."""
+
+    @abstractmethod
+    def target(self) -> Doc | str:
+        """The final layout asked for, or why the node is left as it is."""
+
+    @abstractmethod
+    def satisfies(self, final: Mapping[str, Any]) -> bool:
+        """Whether a journaled final layout is what the current request asks for."""
+
+    def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
+        """``[(source, target), ...]`` layouts of the passes from the current to ``final``;
+        each pass writes keys disjoint from those it reads."""
+        return [(dict(self.doc), dict(final))]
+
+    def layout_doc(self, doc: Mapping[str, Any]) -> Doc:
+        """What of a document the journal and the tasks carry."""
+        return dict(doc)
+
+    def same(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        """Whether two documents describe the same stored objects."""
+        equal: bool = normalize(self.layout_doc(a)) == normalize(self.layout_doc(b))
+        return equal
+
+    @abstractmethod
+    def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
+        """A function naming the object of layout ``doc`` a key holds (``None``: none)."""
+
+    @abstractmethod
+    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[Sequence[Task[Any]], int]:
+        """Tasks of a pass from the objects listed, and the number of objects ignored."""
+
+    @abstractmethod
+    def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
+        """What workers need to run the tasks of the pass ``source -> target``."""
+
+    @abstractmethod
+    async def switch(
+        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
+    ) -> None:
+        """Make ``target`` the node's layout (``results``: what the pass's tasks did)."""
+
+    async def resync(self, store: Store) -> None:  # noqa: B027 - optional hook
+        """Bring copies of the metadata up to date after an interrupted switch."""
+
+    async def skipped(self, store: Store, report: ArrayReport) -> None:  # noqa: B027
+        """Called for a node left as it is (``report.reason`` says why)."""
+
+
+async def _list(store: Store, node: Node, source: Doc, target: Doc | None = None) -> Listing:
+    src = node.parser(source)
+    dst = None if target is None else node.parser(target)
+    out = Listing()
+    async for key in store.list_prefix(node.prefix):
+        if (obj := src(key)) is not None:
+            out.keys.append(key)
+            out.objects.append(obj)
+        elif dst is not None and (obj := dst(key)) is not None:
+            out.found.append((key, obj))
+    return out
+
+
+async def _delete_layout(store: Store, node: Node, doc: Doc) -> int:
+    """Delete every object of layout ``doc``; return how many."""
+    keys = (await _list(store, node, doc)).keys
+    await delete_keys(store, keys)
+    return len(keys)
+
+
+async def _settle(
+    store: Store, node: Node, journal: Journal, report: ArrayReport
+) -> tuple[Doc | str, bool]:
+    """Deal with an interrupted conversion; return ``(final layout or why not, resume)``.
+
+    After the switch: delete the old objects left. Before it: resume the pass if the
+    request is the same, else delete the new objects written so far.
+    """
+    agrees = node.satisfies(journal.final)
+    if node.same(node.doc, journal.target):
+        await node.resync(store)
+        report.objects_deleted += await _delete_layout(store, node, journal.source)
+        report.resumed = True
+        report.passes += 1
+        if agrees and not node.same(node.doc, journal.final):
+            return journal.final, False
+        await remove_journal(store, node.prefix)
+        return node.target(), False
+    if not node.same(node.doc, journal.source):
+        raise ConversionError(
+            f"{node.meta_key} matches neither side of the interrupted conversion recorded "
+            f"in {journal_key(node.prefix)}; inspect it and remove the journal"
+        )
+    if agrees and node.same(node.passes(journal.final)[0][1], journal.target):
+        report.resumed = True
+        return journal.final, True
+    await _delete_layout(store, node, journal.target)
+    await remove_journal(store, node.prefix)
+    return node.target(), False
+
+
+async def _run_pass(
+    store: Store,
+    node: Node,
+    docs: tuple[Doc, Doc, Doc],
+    opts: Options,
+    report: ArrayReport,
+    *,
+    number: int,
+    passes: int,
+    resume: bool,
+) -> None:
+    # layouts only: attributes (a manifest can be big) stay out of the journal and tasks
+    source, target, final = (node.layout_doc(d) for d in docs)
+    listing = await _list(store, node, source, target)
+    if listing.found and not resume:
+        raise ConversionError(
+            f"{node.path or '/'}: {len(listing.found)} objects already use the target keys "
+            f"(e.g. {listing.found[0][0]}) and no conversion journal accounts for them; "
+            "remove them and run again"
+        )
+    if not resume:
+        journal = Journal(normalize(source), normalize(target), normalize(final))
+        await journal.write(store, node.prefix)
+    tasks, ignored = node.plan(source, target, listing)
+    report.objects_ignored += ignored
+    description = f"{node.describe(source)} -> {node.describe(target)}"
+    opts.emit(PassStarted(node.path, number, passes, len(tasks), description))
+    results: list[TaskResult] = []
+
+    def on_result(result: TaskResult) -> None:
+        results.append(result)
+        report.add(result)
+        opts.emit(TaskDone(node.path, result))
+
+    await opts.runner.run(Job(store, node.pass_spec(source, target), tasks, on_result))
+    await node.switch(store, target, results, report)
+    await delete_keys(store, listing.keys)
+    report.objects_deleted += len(listing.keys)
+    report.chunks = sum(r.nchunks for r in results)
+    report.passes += 1
+    if number == passes:
+        await remove_journal(store, node.prefix)
+    opts.emit(PassDone(node.path, number))
+
+
+async def convert_node(store: Store, node: Node, opts: Options) -> ArrayReport:
+    """Convert one node to the layout its request asks for; resume or settle first."""
+    report = ArrayReport(node.path, "skipped")
+    journal = await read_journal(store, node.prefix)
+    resume = False
+    if journal is not None:
+        final, resume = await _settle(store, node, journal, report)
+    else:
+        final = node.target()
+    report.source = node.describe()
+    if isinstance(final, str):
+        if report.resumed:  # an interrupted run finished here
+            report.action, report.target = "converted", node.describe()
+        else:
+            report.reason = final
+            await node.skipped(store, report)
+        return report
+    report.action, report.target = "converted", node.describe(final)
+    passes = node.passes(final)
+    for number, (source, target) in enumerate(passes, start=1):
+        await _run_pass(
+            store,
+            node,
+            (source, target, final),
+            opts,
+            report,
+            number=number,
+            passes=len(passes),
+            resume=resume and number == 1,
+        )
+    return report
+
+
+NodeSource = Callable[[Store], AsyncIterator[Node | ArrayReport]]
+
+
+async def convert_nodes(
+    url_or_store: str | Store, nodes: NodeSource, options: RunOptions
+) -> ConversionSummary:
+    """Convert the nodes ``nodes(store)`` yields (a report for those it skips itself)."""
+    started = time.perf_counter()
+    storage_options = options.get("storage_options")
+    runner = make_runner(
+        url_or_store,
+        runner=options.get("runner"),
+        client=options.get("client"),
+        storage_options=storage_options,
+        max_in_flight=options.get("max_in_flight"),
+    )
+    opts = Options(runner, options.get("progress"))
+    summary = ConversionSummary()
+    async with opened(url_or_store, storage_options) as store:
+        async for node in nodes(store):
+            if isinstance(node, ArrayReport):
+                summary.arrays.append(node)
+            else:
+                summary.arrays.append(await convert_node(store, node, opts))
+    summary.seconds = time.perf_counter() - started
+    return summary
