@@ -150,6 +150,11 @@ def _sync_file_system(folder: str) -> None:
         os.close(fd)
 
 
+#: Whether ``/proc/self/fd`` tells the path of an open file (Linux): the fast read path.
+_PROC_FD = os.path.isdir("/proc/self/fd")
+_FAST_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
 def _open_no_follow(path: str, flags: int) -> int:
     # O_NONBLOCK: opening a FIFO must not hang; regular files ignore the flag.
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -266,24 +271,61 @@ class LocalStore(Store):
 
     # -- reads --------------------------------------------------------------------------
 
+    def _open_fast(self, key: str) -> int | None:
+        """Open ``key`` for reading without :func:`os.path.realpath` (a Python loop with an
+        ``lstat`` per path component, most of a small read's cost): open it directly (the
+        last component not followed), then check the file actually opened lies inside the
+        root through ``/proc/self/fd``. ``None`` when missing; ``-1`` when the fast path
+        does not apply (no ``/proc``, the name itself is a link): resolve the slow way."""
+        if not _PROC_FD:
+            return -1
+        root = self._real_root()
+        try:
+            fd = os.open(os.path.join(root, key), _FAST_READ_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the name is a link (an alias): the slow path
+                return -1
+            if _is_missing(exc):
+                return None
+            raise self._error(exc, key, "read", os.path.join(root, key)) from exc
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            os.close(fd)
+            return -1
+        if not _within(real, root):  # through a link to outside the root
+            os.close(fd)
+            raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
+        return fd
+
     def _read(
         self, key: str, byte_range: ByteRange | None, if_match: str | None, path: str = ""
     ) -> GetResult | None:
-        path = path or self._resolve(key)
-        try:
-            with open(path, "rb", opener=_open_no_follow) as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
+        fd = -1 if path else self._open_fast(key)
+        if fd is None:
+            return None
+        if fd < 0:
+            path = path or self._resolve(key)
+            try:
+                fd = _open_no_follow(path, os.O_RDONLY)
+            except OSError as exc:
+                if _is_missing(exc):
                     return None
-                meta = _meta(key, st)
-                check_condition(key, meta, if_match, False)
-                start, end = resolve(byte_range, meta.size)
-                f.seek(start)
-                return GetResult(f.read(end - start), meta)
+                raise self._error(exc, key, "read", path) from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            meta = _meta(key, st)
+            check_condition(key, meta, if_match, False)
+            start, end = resolve(byte_range, meta.size)
+            return GetResult(os.pread(fd, end - start, start) if end > start else b"", meta)
         except OSError as exc:
             if _is_missing(exc):
                 return None
-            raise self._error(exc, key, "read", path) from exc
+            raise self._error(exc, key, "read", path or key) from exc
+        finally:
+            os.close(fd)
 
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
