@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -511,3 +512,37 @@ def test_must_exist_and_url(tmp_path: Path) -> None:
     assert store.url == tmp_path.as_uri()
     assert isinstance(open_store(store.url), LocalStore)
     assert MemoryStore().url is None
+
+
+async def test_cached_small_reads_skip_the_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small read whose bytes are in the page cache runs on the event loop (a thread
+    hop costs more than the read); large reads and ``inline_reads=False`` use a thread.
+    Results are the same either way."""
+    import asyncio as aio
+
+    from asyncshard.backends import local
+
+    hops: list[str] = []
+    real = aio.to_thread
+
+    async def counting(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func.__name__)
+        return await real(func, *args, **kwargs)
+
+    store = LocalStore(tmp_path / "root")
+    big = bytes(range(256)) * (local.INLINE_READ // 256 + 1)
+    await store.set("small", b"0123456789")
+    await store.set("big", big)
+    monkeypatch.setattr(local.asyncio, "to_thread", counting)
+    if not local._NOWAIT:
+        pytest.skip("no RWF_NOWAIT/preadv here: every read uses a thread")
+    assert await store.get("small", Range(2, 5)) == b"234"
+    assert await store.get("missing") is None
+    assert hops == []
+    assert await store.get("big") == big
+    assert hops == ["_read"]
+    threaded = LocalStore(tmp_path / "root", inline_reads=False)
+    assert await threaded.get("small") == b"0123456789"
+    assert hops == ["_read", "_read"]

@@ -150,6 +150,10 @@ def _sync_file_system(folder: str) -> None:
         os.close(fd)
 
 
+#: Reads whose bytes are in the page cache, up to this size, run on the event loop.
+INLINE_READ = 1 << 20
+_NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv") and os.path.isdir("/proc/self/fd")
+_BLOCKS: object = object()  # "this read would block (or needs the slow path): use a thread"
 #: Whether ``/proc/self/fd`` tells the path of an open file (Linux): the fast read path.
 _PROC_FD = os.path.isdir("/proc/self/fd")
 _FAST_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -186,6 +190,9 @@ class LocalStore(Store):
             for a read-only store that should not read an empty tree by mistake.
         temp_max_age: seconds after which a leftover temporary file is removed by
             writes into its folder; ``None`` leaves them to :meth:`cleanup_temp_files`.
+        inline_reads: read up to 1 MiB whose bytes are in the page cache on the event
+            loop (Linux ``RWF_NOWAIT``: it never waits for the disk) instead of in a
+            worker thread; ``False`` where even opening a file may be slow (NFS).
         max_gap, max_request, max_concurrency: as for every Store.
     """
 
@@ -196,12 +203,14 @@ class LocalStore(Store):
         durable: bool = True,
         must_exist: bool = False,
         temp_max_age: float | None = TEMP_MAX_AGE,
+        inline_reads: bool = True,
         **options: int,
     ):
         super().__init__(**options)
         self.root = Path(os.path.abspath(root))
         self.durable = durable
         self.temp_max_age = temp_max_age
+        self.inline_reads = inline_reads and _NOWAIT
         self._resolved_root: str | None = None
         self._swept: TTLCache[str, bool] = TTLCache(_SWEPT_FOLDERS, temp_max_age or 1.0)
         self._swept_lock = threading.Lock()
@@ -330,7 +339,46 @@ class LocalStore(Store):
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
+        if self.inline_reads:
+            cached = self._read_cached(key, byte_range, if_match)
+            if cached is not _BLOCKS:
+                return cached  # type: ignore[return-value]
         return await asyncio.to_thread(self._read, key, byte_range, if_match)
+
+    def _read_cached(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | object | None:
+        """A small read whose bytes are in the page cache, on the event loop: no thread
+        hop (which costs more than the read itself). ``RWF_NOWAIT`` makes the read fail
+        instead of waiting for the disk; then, and for reads over :data:`INLINE_READ`
+        bytes, :data:`_BLOCKS` sends it to a worker thread."""
+        try:
+            fd = self._open_fast(key)
+        except AsyncShardError:
+            return _BLOCKS  # let the thread path raise it, with its full resolution
+        if fd is None:
+            return None
+        if fd < 0:
+            return _BLOCKS
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            meta = _meta(key, st)
+            check_condition(key, meta, if_match, False)
+            start, end = resolve(byte_range, meta.size)
+            if end - start > INLINE_READ:
+                return _BLOCKS
+            buf = bytearray(end - start)
+            if buf and os.preadv(fd, [buf], start, os.RWF_NOWAIT) != len(buf):
+                return _BLOCKS  # short: changed meanwhile, or partly cached
+            return GetResult(memoryview(buf), meta)
+        except BlockingIOError:
+            return _BLOCKS  # not in the page cache: the disk would be waited for
+        except OSError:
+            return _BLOCKS  # the thread path reports it
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _meta_at(path: str, key: str, *, folder_error: bool = False) -> ObjectMeta | None:
