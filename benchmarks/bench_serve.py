@@ -128,7 +128,7 @@ def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
 
 @contextmanager
 def asyncshard_serving(
-    root: Path, workers: int, unshard: bool, src: str | None = None
+    root: Path, workers: int, unshard: bool, src: str | None = None, extra: tuple[str, ...] = ()
 ) -> Iterator[tuple[str, int]]:
     """``asyncshard serve`` on a free port; yields its base URL and the parent's pid.
 
@@ -139,6 +139,7 @@ def asyncshard_serving(
         args += ["--workers", str(workers)]
     if unshard:
         args.append("--unshard")
+    args += extra
     env = {**os.environ, "PYTHONPATH": src} if src else None
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -206,7 +207,8 @@ def main() -> None:
         write_dataset(root)
         flat, sharded = lua_script(Path(tmp), "flat"), lua_script(Path(tmp), "arr")
         cases: list[tuple[str, str, int | None, bool]] = [
-            ("nginx, flat files", "flat", None, False)
+            ("nginx, flat files", "flat", None, False),
+            ("asyncshard serve --unshard, no data cache", "arr", -1, True),
         ]
         if args.baseline_src:
             cases.append(("baseline serve, flat", "flat", 0, False))
@@ -223,7 +225,9 @@ def main() -> None:
                         measured = run_wrk_nginx(wrk, server, script, args)
                 else:
                     src = args.baseline_src if workers == 0 else None
-                    with asyncshard_serving(root, max(workers, 1), unshard, src) as (url, pid):
+                    extra = ("--data-cache-bytes", "0") if workers == -1 else ()
+                    serving = asyncshard_serving(root, max(workers, 1), unshard, src, extra)
+                    with serving as (url, pid):
                         run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
                         measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
                 results.setdefault(label, []).append(measured)
@@ -242,7 +246,7 @@ def main() -> None:
             base_label = label.replace("--workers 2", "--workers 1")
             if label.startswith(("nginx", "baseline serve, flat")):
                 base_label = "asyncshard serve, flat, --workers 1"
-            elif label.startswith("baseline serve --unshard"):
+            elif label.startswith(("baseline serve --unshard", "asyncshard serve --unshard, no")):
                 base_label = "asyncshard serve --unshard, --workers 1"
             base = medians.get(base_label, (rate, cpu))[0]
             print(f"{label:44} {rate:8.0f} {cpu:11.0f} {rate / base:10.2f}")
