@@ -159,6 +159,20 @@ _PROC_FD = os.path.isdir("/proc/self/fd")
 _FAST_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
+def _range_of(
+    fd: int, key: str, byte_range: ByteRange | None, if_match: str | None
+) -> tuple[ObjectMeta, int, int] | None:
+    """The metadata of an open file and the clamped ``(start, end)`` to read from it;
+    ``None`` unless it is a regular file; ``ConflictError`` when ``if_match`` fails."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    meta = _meta(key, st)
+    check_condition(key, meta, if_match, False)
+    start, end = resolve(byte_range, meta.size)
+    return meta, start, end
+
+
 def _open_no_follow(path: str, flags: int) -> int:
     # O_NONBLOCK: opening a FIFO must not hang; regular files ignore the flag.
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -322,12 +336,10 @@ class LocalStore(Store):
                     return None
                 raise self._error(exc, key, "read", path) from exc
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            found = _range_of(fd, key, byte_range, if_match)
+            if found is None:
                 return None
-            meta = _meta(key, st)
-            check_condition(key, meta, if_match, False)
-            start, end = resolve(byte_range, meta.size)
+            meta, start, end = found
             return GetResult(os.pread(fd, end - start, start) if end > start else b"", meta)
         except OSError as exc:
             if _is_missing(exc):
@@ -361,12 +373,10 @@ class LocalStore(Store):
         if fd < 0:
             return _BLOCKS
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            found = _range_of(fd, key, byte_range, if_match)
+            if found is None:
                 return None
-            meta = _meta(key, st)
-            check_condition(key, meta, if_match, False)
-            start, end = resolve(byte_range, meta.size)
+            meta, start, end = found
             if end - start > INLINE_READ:
                 return _BLOCKS
             buf = bytearray(end - start)

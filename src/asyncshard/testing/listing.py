@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import pytest
 
 from asyncshard.errors import InvalidKeyError
+from asyncshard.store import split_dir
 from asyncshard.testing.base import ConformanceBase
 from asyncshard.testing.harness import Harness
 
@@ -37,15 +38,7 @@ def keys_with_prefix(keys: Iterable[str], prefix: str) -> list[str]:
 def folder_listing(keys: Iterable[str], folder: str) -> tuple[list[str], list[str]]:
     """What ``list_dir(folder)`` answers for a store holding ``keys``."""
     folder = folder.strip("/") + "/" if folder.strip("/") else ""
-    direct: set[str] = set()
-    children: set[str] = set()
-    for key in keys_with_prefix(keys, folder):
-        head, sep, _ = key[len(folder) :].partition("/")
-        if sep:
-            children.add(folder + head + "/")
-        else:
-            direct.add(key)
-    return sorted(direct), sorted(children)
+    return split_dir(folder, keys_with_prefix(keys, folder))
 
 
 async def _listed(harness: Harness, prefix: str) -> list[str]:
