@@ -673,11 +673,18 @@ class LocalStore(Store):
                 return
             folder = os.path.dirname(folder)
 
-    def _unlink(self, key: str) -> str | None:
-        """Remove the object ``key``; the folder it was in, or ``None`` if it was missing."""
+    def _unlink(self, key: str, folders: dict[str, str] | None = None) -> str | None:
+        """Remove the object ``key``; the folder it was in, or ``None`` if it was missing.
+
+        ``folders`` caches resolved folders across one batch (one ``realpath`` per folder,
+        not per key)."""
         # The folder is resolved, the name is not: deleting a link removes the link.
         parent, _, name = key.rpartition("/")
-        folder = self._resolve(parent) if parent else self._real_root()
+        folder = folders.get(parent) if folders is not None else None
+        if folder is None:
+            folder = self._resolve(parent) if parent else self._real_root()
+            if folders is not None:
+                folders[parent] = folder
         path = os.path.join(folder, name)
         try:
             os.unlink(path)
@@ -695,10 +702,11 @@ class LocalStore(Store):
         Every key is tried; the first failure is raised afterwards.
         """
         folders: set[str] = set()
+        resolved: dict[str, str] = {}
         failure: AsyncShardError | None = None
         for key in keys:
             try:
-                folder = self._unlink(key)
+                folder = self._unlink(key, resolved)
             except AsyncShardError as exc:
                 failure = failure or exc
                 continue
