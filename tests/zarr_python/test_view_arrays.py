@@ -75,9 +75,15 @@ def test_read_budgets(view: ZarrStore) -> None:
     # every chunk of an uncached shard, all asked at once: the whole shard in 1 request
     with zarr.config.set({"async.concurrency": 16}):
         assert _reads(view, arr, np.s_[32:64, 0:32]) == {"get": 1}
-    # zarr-python's default async.concurrency (10) hands over 10 chunks, then 6: the index,
-    # then about one coalesced data request per batch
-    assert _reads(view, arr, np.s_[32:64, 32:64])["get"] <= 4
+    # 8 chunks of an uncached shard, all handed over at once (async.concurrency 10):
+    # the index, then one coalesced data request
+    with zarr.config.set({"async.concurrency": 10}):
+        assert _reads(view, arr, np.s_[32:64, 32:48]) == {"get": 2}
+        # 16 chunks (index cached): a first burst of 10 reaches the store in one tick and
+        # costs one request; the other 6 follow as zarr-python's tasks finish, over as
+        # many ticks as the scheduler spreads them (one request per tick), so only the
+        # bound is fixed: far below one request per chunk
+        assert _reads(view, arr, np.s_[32:64, 32:64])["get"] <= 1 + 6
 
 
 def test_write_budgets(view: ZarrStore) -> None:

@@ -386,6 +386,9 @@ class ShardedAdapter(WrapperStore, IndexIO):
             ``head`` of the shard); ``0``: always.
         data_cache: keep chunk bytes (decoded) here, keyed by shard version: a repeated
             read within ``recheck_after`` costs no request. Off by default.
+        lean_reads: the first single read of an event-loop tick whose indexes are cached
+            is sent at once, alone (least CPU); ``False`` batches it with the reads that
+            follow it in the tick (fewest requests, for callers that read in bursts).
     """
 
     def __init__(
@@ -396,6 +399,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         cache: IndexCache | None = None,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
         data_cache: IndexCache | None = None,
+        lean_reads: bool = True,
     ) -> None:
         super().__init__(inner)
         if recheck_after < 0:
@@ -404,6 +408,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         self.cache = cache if cache is not None else default_cache()
         self.recheck_after = recheck_after
         self.data_cache = data_cache
+        self.lean_reads = lean_reads
         self._ns = new_namespace(fmt.kind)
         self._reads: Batcher[ChunkRead, GetResult | None] = Batcher(
             self._read_shard, lambda read: read.shard_key
@@ -497,7 +502,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
         if read.if_match is not None:
             [result] = await self._read_shard([read])
             return _raised(result)
-        if not self._reads.pending() and not self._lean_tick:
+        if self.lean_reads and not self._reads.pending() and not self._lean_tick:
             # the first read of this tick: the lean path (the next ones of the same tick
             # are batched, since they may share a shard and a request)
             self._lean_tick = True

@@ -391,7 +391,8 @@ class Uint64ShardedStore(ShardedAdapter):
         names: a volume scale: chunks are named by their unsharded chunk names.
         cache: where decoded indexes are kept (default: the process-wide cache).
         max_chunk_nbytes: the largest decoded chunk accepted (gzip data).
-        recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after, data_cache, lean_reads: see
+            :class:`~asyncshard.sharding.engine.ShardedAdapter`.
     """
 
     def __init__(
@@ -405,6 +406,7 @@ class Uint64ShardedStore(ShardedAdapter):
         max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
         data_cache: IndexCache | None = None,
+        lean_reads: bool = True,
     ) -> None:
         prefix = prefix.strip("/")
         fmt = PrecomputedFormat(
@@ -414,7 +416,12 @@ class Uint64ShardedStore(ShardedAdapter):
             max_chunk_nbytes=max_chunk_nbytes,
         )
         super().__init__(
-            inner, fmt, cache=cache, recheck_after=recheck_after, data_cache=data_cache
+            inner,
+            fmt,
+            cache=cache,
+            recheck_after=recheck_after,
+            data_cache=data_cache,
+            lean_reads=lean_reads,
         )
         self.precomputed = fmt
         self.spec = spec

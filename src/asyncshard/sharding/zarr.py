@@ -206,7 +206,8 @@ class ZarrShardedStore(ShardedAdapter):
         layout: the array's sharding layout (:meth:`open` reads it from the metadata).
         cache: where decoded shard indexes are kept (default: the process-wide cache).
         write_order: order of chunk data in written shards (``"morton"``: zarr-python's).
-        recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after, data_cache, lean_reads: see
+            :class:`~asyncshard.sharding.engine.ShardedAdapter`.
     """
 
     def __init__(
@@ -218,6 +219,7 @@ class ZarrShardedStore(ShardedAdapter):
         write_order: Literal["morton", "C"] = "morton",
         recheck_after: float = DEFAULT_RECHECK_AFTER,
         data_cache: IndexCache | None = None,
+        lean_reads: bool = True,
     ) -> None:
         super().__init__(
             inner,
@@ -225,6 +227,7 @@ class ZarrShardedStore(ShardedAdapter):
             cache=cache,
             recheck_after=recheck_after,
             data_cache=data_cache,
+            lean_reads=lean_reads,
         )
         self.layout = layout
         self.write_order = write_order

@@ -109,6 +109,7 @@ class Options:
     cache: IndexCache
     recheck_after: float = DEFAULT_RECHECK_AFTER
     data_cache: IndexCache | None = None
+    lean_reads: bool = True
 
     def store_options(self) -> dict[str, Any]:
         """Keyword arguments of the datasets' sharded stores."""
@@ -116,6 +117,7 @@ class Options:
             "cache": self.cache,
             "recheck_after": self.recheck_after,
             "data_cache": self.data_cache,
+            "lean_reads": self.lean_reads,
         }
 
 

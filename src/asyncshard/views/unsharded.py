@@ -200,7 +200,8 @@ class UnshardedView(WrapperStore):
             writes arriving a few ticks apart make one shard write (``0``: only writes of
             one tick are merged); see :mod:`~asyncshard.views.gate`.
         write_flush_at: number of waiting chunk writes after which they leave at once.
-        recheck_after, data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after, data_cache, lean_reads: see
+            :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
         max_folders: folders whose metadata is remembered.
         max_depth: folders above a key searched for its dataset.
@@ -216,6 +217,7 @@ class UnshardedView(WrapperStore):
         recheck_metadata: bool = False,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
         data_cache: IndexCache | None = None,
+        lean_reads: bool = True,
         metadata_ttl: float = DEFAULT_METADATA_TTL,
         max_folders: int = DEFAULT_MAX_FOLDERS,
         max_depth: int = DEFAULT_MAX_DEPTH,
@@ -224,7 +226,7 @@ class UnshardedView(WrapperStore):
     ) -> None:
         super().__init__(inner)
         index_cache = cache if cache is not None else IndexCache()
-        self.options = Options(index_cache, recheck_after, data_cache)
+        self.options = Options(index_cache, recheck_after, data_cache, lean_reads)
         self.list_chunks = list_chunks
         self.writable = writable
         self.recheck_metadata = recheck_metadata

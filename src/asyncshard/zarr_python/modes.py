@@ -49,5 +49,9 @@ def present(inner: Store, mode: str) -> Store:
             metadata_ttl=METADATA_TTL,
             write_window=WRITE_WINDOW,
             write_flush_at=_zarr_concurrency,
+            # zarr-python reads a region's chunks in bursts of async.concurrency:
+            # batching all of a burst coalesces them (the lean path would read the
+            # first of each tick alone)
+            lean_reads=False,
         )
     raise StoreConfigError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
