@@ -357,8 +357,11 @@ class Bench:
                     continue
                 for tool in job.tools:
                     self.measure(job, tool, n)
-                    print(f"  round {n + 1}: {job.name} / {tool}: "
-                          f"{job.results[tool].runs[-1]['s']:.2f} s", file=sys.stderr)
+                    print(
+                        f"  round {n + 1}: {job.name} / {tool}: "
+                        f"{job.results[tool].runs[-1]['s']:.2f} s",
+                        file=sys.stderr,
+                    )
 
 
 def child_argv(job: str, **args: Any) -> list[str]:
@@ -473,8 +476,10 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
         shard_store(str(sharded), args.shard, manifest=False)
         objects, nbytes = census(flat)
         array_sha = array_digest(str(flat), None)
-        print(f"zarr: {args.size}^3 uint8, {objects} flat objects, {nbytes / MB:.0f} MB",
-              file=sys.stderr)
+        print(
+            f"zarr: {args.size}^3 uint8, {objects} flat objects, {nbytes / MB:.0f} MB",
+            file=sys.stderr,
+        )
 
         def check(path: Path, url: str) -> None:
             ranged = bench.storage(True)
@@ -489,18 +494,27 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
             ranged = bench.storage(what != "shard")
             prepare = copy_to(source)
 
-            def ours(job: str, prepare: Any = prepare, shard: Any = shard,
-                     ranged: Any = ranged) -> Callable[[Path], list[str]]:
+            def ours(
+                job: str, prepare: Any = prepare, shard: Any = shard, ranged: Any = ranged
+            ) -> Callable[[Path], list[str]]:
                 return lambda scratch: child_argv(
                     job, src=prepare(scratch), shard=shard, storage=ranged
                 )
 
-            def theirs(prepare: Any = prepare, shard: Any = shard,
-                       ranged: Any = ranged) -> Callable[[Path], list[str]]:
+            def theirs(
+                prepare: Any = prepare, shard: Any = shard, ranged: Any = ranged
+            ) -> Callable[[Path], list[str]]:
                 def argv(scratch: Path) -> list[str]:
                     url = prepare(scratch)
-                    return child_argv("tensorstore", src=url, dst=url + "-out", shard=shard,
-                                      chunk=args.chunk, storage=ranged)
+                    return child_argv(
+                        "tensorstore",
+                        src=url,
+                        dst=url + "-out",
+                        shard=shard,
+                        chunk=args.chunk,
+                        storage=ranged,
+                    )
+
                 return argv
 
             tools = {f"asyncshard {what}": ours(f"asyncshard-{what}")}
@@ -519,8 +533,10 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
         zv_shard(str(zv_sharded), shard_shape=args.vectors_shard)
         objects, nbytes = census(zv)
         points_sha = vectors_digest(str(zv))
-        print(f"vectors: {args.points} points, {objects} objects, {nbytes / MB:.0f} MB",
-              file=sys.stderr)
+        print(
+            f"vectors: {args.points} points, {objects} objects, {nbytes / MB:.0f} MB",
+            file=sys.stderr,
+        )
 
         def check_zv(path: Path, url: str) -> None:
             if vectors_digest(str(path)) != points_sha:

@@ -75,16 +75,16 @@ def main() -> None:
         with (
             tempfile.TemporaryDirectory() as tmp,
             LocalCluster(
-                n_workers=args.workers, threads_per_worker=1, processes=True,
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
                 dashboard_address=None,
             ) as cluster,
             Client(cluster),
         ):
             places = {
                 "local files": (lambda: (f"file://{tmp}/{uuid.uuid4().hex}", {})),
-                "moto S3": (
-                    lambda: (f"s3://{server.bucket}/{uuid.uuid4().hex}", server.options())
-                ),
+                "moto S3": (lambda: (f"s3://{server.bucket}/{uuid.uuid4().hex}", server.options())),
             }
             n = int(np.prod(SHAPE))
             print(

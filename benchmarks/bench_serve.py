@@ -118,8 +118,7 @@ def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
     rng = random.Random(5)
     x, y, z = GRID
     paths = [
-        f'"/{array}/c/{rng.randrange(x)}/{rng.randrange(y)}/{rng.randrange(z)}"'
-        for _ in range(n)
+        f'"/{array}/c/{rng.randrange(x)}/{rng.randrange(y)}/{rng.randrange(z)}"' for _ in range(n)
     ]
     script = folder / f"{array}.lua"
     script.write_text(LUA % ", ".join(paths))

@@ -122,8 +122,14 @@ def moto(latency: float) -> Iterator[tuple[S3Server, str, Callable[[], int]]]:
 def write_array(store: Any, shape: Coords, shard: Coords, chunk: Coords) -> None:
     data = np.random.default_rng(0).integers(0, 255, shape, dtype=np.uint8)
     arr = zarr.create_array(
-        store, name="arr", shape=shape, chunks=chunk, shards=shard, dtype="uint8",
-        compressors=None, fill_value=0,
+        store,
+        name="arr",
+        shape=shape,
+        chunks=chunk,
+        shards=shard,
+        dtype="uint8",
+        compressors=None,
+        fill_value=0,
     )
     arr[...] = data
 
@@ -210,14 +216,21 @@ class Moto(Backend):
             return await zarr_reader(view, chunk, limit)
         if reader == "zarr-python":
             s3 = obstore.store.S3Store(
-                s.bucket, prefix=self.prefix, endpoint=self.url, region=s.region,
-                access_key_id=s.access_key, secret_access_key=s.secret_key,
+                s.bucket,
+                prefix=self.prefix,
+                endpoint=self.url,
+                region=s.region,
+                access_key_id=s.access_key,
+                secret_access_key=s.secret_key,
                 client_options={"allow_http": True},
             )
             return await zarr_reader(zarr.storage.ObjectStore(s3, read_only=True), chunk, limit)
         kv = {
-            "driver": "s3", "bucket": s.bucket, "endpoint": self.url,
-            "aws_region": s.region, "path": f"{self.prefix}/arr/",
+            "driver": "s3",
+            "bucket": s.bucket,
+            "endpoint": self.url,
+            "aws_region": s.region,
+            "path": f"{self.prefix}/arr/",
             "aws_credentials": aws_profile(self.creds, s.access_key, s.secret_key, s.region),
         }
         return await ts_reader(kv, chunk, limit)
@@ -262,8 +275,10 @@ async def run_backend(
 
 def report(backend: str, results: dict[tuple[str, str], list[tuple[float, float, float]]]) -> None:
     print(f"\n{backend}: load average {os.getloadavg()[0]:.1f} (1 min) after the run")
-    print(f"{'phase':<5} {'reader':<12} {'chunks/s':>9} {'req/chunk':>10} {'CPU ms/chunk':>13} "
-          f"{'view/x':>7}")
+    print(
+        f"{'phase':<5} {'reader':<12} {'chunks/s':>9} {'req/chunk':>10} {'CPU ms/chunk':>13} "
+        f"{'view/x':>7}"
+    )
     for name in ("cold", "warm"):
         medians = {
             reader: tuple(statistics.median(r[i] for r in results[reader, name]) for i in range(3))
@@ -272,8 +287,9 @@ def report(backend: str, results: dict[tuple[str, str], list[tuple[float, float,
         for reader in READERS:
             rate, requests, cpu = medians[reader]
             ratio = medians["view"][0] / rate
-            print(f"{name:<5} {reader:<12} {rate:>9.0f} {requests:>10.2f} {cpu:>13.2f} "
-                  f"{ratio:>6.2f}x")
+            print(
+                f"{name:<5} {reader:<12} {rate:>9.0f} {requests:>10.2f} {cpu:>13.2f} {ratio:>6.2f}x"
+            )
 
 
 def main() -> None:
@@ -286,8 +302,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="reads in flight")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--backends", nargs="+", default=["nginx", "moto"])
-    parser.add_argument("--latency-ms", type=float, default=0.0,
-                        help="added to every moto request by the proxy (a remote link)")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="added to every moto request by the proxy (a remote link)",
+    )
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", category=UserWarning)
@@ -295,9 +315,11 @@ def main() -> None:
     grid = tuple(s // c for s, c in zip(shape, chunk, strict=True))
     if 2 * args.sample > int(np.prod(grid)):
         raise SystemExit(f"--sample {args.sample}: the array has only {np.prod(grid)} chunks")
-    print(f"random {chunk} uint8 inner chunks of a {shape} array, shards {shard} (uncompressed),"
-          f" {args.concurrency} reads in flight, {args.sample} chunks per phase, "
-          f"median of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} before")
+    print(
+        f"random {chunk} uint8 inner chunks of a {shape} array, shards {shard} (uncompressed),"
+        f" {args.concurrency} reads in flight, {args.sample} chunks per phase, "
+        f"median of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} before"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)  # nginx's workers run as another user
         root = Path(tmp) / "data"

@@ -145,14 +145,31 @@ def main() -> None:
         )
         raw = work / "samples.txt"
         subprocess.run(
-            ["py-spy", "record", "--threads", "-r", str(args.rate), "-f", "raw", "-o", str(raw),
-             "--", sys.executable, "-c", script],
-            check=True, env=env, stderr=subprocess.DEVNULL,
+            [
+                "py-spy",
+                "record",
+                "--threads",
+                "-r",
+                str(args.rate),
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--",
+                sys.executable,
+                "-c",
+                script,
+            ],
+            check=True,
+            env=env,
+            stderr=subprocess.DEVNULL,
         )
         counts = categorize(raw)
         busy = sum(n for c, n in counts.items() if not c.startswith("idle"))
-        print(f"{args.what}: {busy / args.rate:.2f} busy thread-seconds sampled; "
-              f"load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"{args.what}: {busy / args.rate:.2f} busy thread-seconds sampled; "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
         print("| where | share of busy samples |\n|---|---|")
         for category, n in counts.most_common():
             if not category.startswith("idle"):

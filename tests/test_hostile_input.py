@@ -45,8 +45,9 @@ JSON = st.recursive(
     | st.sampled_from([10**4000 + 1, -(2**64), 2**64, 2**63])
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 

@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_mypy_strict_on_src() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "src/asyncshard"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -21,7 +24,10 @@ def test_mypy_strict_on_src() -> None:
 def test_ruff_clean() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

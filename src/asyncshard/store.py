@@ -278,6 +278,7 @@ class Store(ABC):
         """
         self._count_request("delete", len(keys))
         await gather_settled(self._bounded(self._delete(key)) for key in keys)
+
     async def _copy(self, source: str, target: str) -> int | None:
         """Copy one object to another key (atomically replacing it); return its size, or
         ``None`` if ``source`` is missing. The default reads and writes it; backends

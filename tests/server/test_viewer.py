@@ -263,7 +263,5 @@ async def test_the_browser_lists_folders_the_way_neuroglancer_does(
             f'{LIST_JS}("{server.url}/{ZARR_PATH}/c/1/1/")', await_promise=True
         )
         assert listed == ["0", "1"]  # shard objects
-        listed = await page.evaluate(
-            f'{LIST_JS}("{flat.url}/{ZARR_PATH}/c/")', await_promise=True
-        )
+        listed = await page.evaluate(f'{LIST_JS}("{flat.url}/{ZARR_PATH}/c/")', await_promise=True)
         assert listed == ["0/", "1/"]  # unsharded view: folders as stored, chunks not listed

@@ -18,8 +18,13 @@ VOLUME = {
     "data_type": "uint8",
     "num_channels": 1,
     "scales": [
-        {"key": "s0", "size": [8, 8, 8], "chunk_sizes": [[4, 4, 4]], "encoding": "raw",
-         "sharding": SPEC.to_json()},
+        {
+            "key": "s0",
+            "size": [8, 8, 8],
+            "chunk_sizes": [[4, 4, 4]],
+            "encoding": "raw",
+            "sharding": SPEC.to_json(),
+        },
         {"key": "s1", "size": [4, 4, 4], "chunk_sizes": [[4, 4, 4]], "encoding": "raw"},
     ],
 }

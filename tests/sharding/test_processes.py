@@ -51,15 +51,12 @@ async def test_readers_see_every_acknowledged_write_within_recheck_after(tmp_pat
     root = tmp_path / "data"
     inner = LocalStore(root)
     await inner.set("arr/zarr.json", json.dumps(array_doc([CHUNKS], [4], [1])).encode())
-    reader = await ZarrShardedStore.open(
-        inner, "arr", cache=IndexCache(), recheck_after=RECHECK
-    )
+    reader = await ZarrShardedStore.open(inner, "arr", cache=IndexCache(), recheck_after=RECHECK)
     assert await reader.get("arr/c/0") is None  # cache the empty layout first
     ctx = multiprocessing.get_context("spawn")
     logs = [tmp_path / f"writer{w}.jsonl" for w in range(WRITERS)]
     procs = [
-        ctx.Process(target=writer_main, args=(str(root), w, str(logs[w])))
-        for w in range(WRITERS)
+        ctx.Process(target=writer_main, args=(str(root), w, str(logs[w]))) for w in range(WRITERS)
     ]
     for proc in procs:
         proc.start()

@@ -81,9 +81,7 @@ class Ledger:
         return {last} | later if last else {0} | later
 
 
-async def writer(
-    proxy_url: str, s3_server: S3Server, prefix: str, w: int, ledger: Ledger
-) -> None:
+async def writer(proxy_url: str, s3_server: S3Server, prefix: str, w: int, ledger: Ledger) -> None:
     rng = random.Random(SEED + w)
     inner = s3_store_on(s3_server, prefix, endpoint=proxy_url, retry_config=FAST_RETRIES)
     store = await ZarrShardedStore.open(inner, "arr", cache=IndexCache(), recheck_after=0.2)
@@ -119,9 +117,7 @@ async def test_soak_through_faults_loses_and_undoes_nothing(
     async with s3_store_on(s3_server, prefix) as direct:
         await direct.set("arr/zarr.json", json.dumps(array_doc([CHUNKS], [4], [1])).encode())
     ledger = Ledger()
-    await asyncio.gather(
-        *(writer(proxy.url, s3_server, prefix, w, ledger) for w in range(WRITERS))
-    )
+    await asyncio.gather(*(writer(proxy.url, s3_server, prefix, w, ledger) for w in range(WRITERS)))
     total = sum(ledger.outcomes.values())
     failed = total - ledger.outcomes["write ok"] - ledger.outcomes["read ok"]
     print(f"\nsoak: {total} operations, {dict(ledger.outcomes)}, faults {dict(proxy.faults)}")

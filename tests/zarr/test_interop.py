@@ -102,8 +102,14 @@ def write_with_zarr_python(backend: Backend, geometry: str) -> np.ndarray[Any, A
     shape, shards, chunks = GEOMETRIES[geometry]
     data = sample(shape)
     arr = zarr.create_array(
-        store=backend.zarr_store, name="arr", shape=shape, chunks=chunks, shards=shards,
-        dtype="uint16", fill_value=0, zarr_format=3,
+        store=backend.zarr_store,
+        name="arr",
+        shape=shape,
+        chunks=chunks,
+        shards=shards,
+        dtype="uint16",
+        fill_value=0,
+        zarr_format=3,
     )
     arr[...] = data
     return data
@@ -146,9 +152,7 @@ def write_with_tensorstore(
 def ts_inner_chunks(backend: Backend, store: ZarrShardedStore) -> dict[str, bytes | None]:
     """Every inner chunk of the array as tensorstore's sharding kvstore returns it."""
     layout = store.layout
-    index_codecs: list[Any] = [
-        {"name": "bytes", "configuration": {"endian": layout.index.endian}}
-    ]
+    index_codecs: list[Any] = [{"name": "bytes", "configuration": {"endian": layout.index.endian}}]
     if layout.index.checksum:
         index_codecs.append({"name": "crc32c"})
     out: dict[str, bytes | None] = {}
@@ -168,9 +172,7 @@ def ts_inner_chunks(backend: Backend, store: ZarrShardedStore) -> dict[str, byte
                 continue
             key = np.asarray(pos, dtype=">u4").tobytes()
             result = kv.read(key).result()
-            out[layout.chunk_key(coords)] = (
-                bytes(result.value) if result.state == "value" else None
-            )
+            out[layout.chunk_key(coords)] = bytes(result.value) if result.state == "value" else None
     return out
 
 

@@ -246,7 +246,8 @@ async def test_draft_transformer_arrays() -> None:
     assert shard is not None and len(shard) == 8 + 16 * 4
     assert await store.get("data/root/arr/c3/3") == b"efgh"
     assert sorted([k async for k in store.list_prefix("data/root/arr/")]) == [
-        "data/root/arr/c2/3", "data/root/arr/c3/3"
+        "data/root/arr/c2/3",
+        "data/root/arr/c3/3",
     ]
 
 

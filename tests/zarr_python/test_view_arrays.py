@@ -31,9 +31,9 @@ def view(zarr_store: ZarrStore, monkeypatch: pytest.MonkeyPatch) -> ZarrStore:
     zarr-python's chunk writes follow each other on a loaded machine: full batches and
     whole shards leave at once anyway.
     """
-    zarr_store.create_sharded_array(
-        "arr", shape=SHAPE, chunks=CHUNK, shards=SHARD, dtype="uint16"
-    )[...] = DATA
+    zarr_store.create_sharded_array("arr", shape=SHAPE, chunks=CHUNK, shards=SHARD, dtype="uint16")[
+        ...
+    ] = DATA
     monkeypatch.setattr(modes, "WRITE_WINDOW", 0.25)
     return ZarrStore(zarr_store.inner, mode="inner-chunks")
 

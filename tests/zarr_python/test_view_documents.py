@@ -21,9 +21,10 @@ PLAIN: dict[str, Any] = {**unsharded_metadata(ARRAY), "shape": [4]}
 
 def group(members: dict[str, Any]) -> dict[str, Any]:
     return {
-        "zarr_format": 3, "node_type": "group", "attributes": {},
-        "consolidated_metadata": {"kind": "inline", "must_understand": False,
-                                  "metadata": members},
+        "zarr_format": 3,
+        "node_type": "group",
+        "attributes": {},
+        "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": members},
     }
 
 

@@ -52,8 +52,10 @@ def test_the_view_keeps_tensorstores_spelling(tmp_path: Path) -> None:
                     "configuration": {
                         "chunk_shape": [4, 4],
                         "codecs": [{"name": "bytes"}, {"name": "zstd"}],
-                        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                                         {"name": "crc32c"}],
+                        "index_codecs": [
+                            {"name": "bytes", "configuration": {"endian": "little"}},
+                            {"name": "crc32c"},
+                        ],
                     },
                 }
             ],

@@ -26,8 +26,10 @@ from tests.zarr_python.helpers import sharded_doc
 
 INNER_CODECS = [
     [{"name": "bytes", "configuration": {"endian": "little"}}],
-    [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd",
-                                                               "configuration": {"level": 3}}],
+    [
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "zstd", "configuration": {"level": 3}},
+    ],
     [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}],
 ]
 JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-100, 100), st.text(max_size=5))
@@ -122,8 +124,9 @@ def test_mapped_members_land_and_the_sharding_stays(real: dict[str, Any], data: 
     written["shape"] = data.draw(st.lists(st.integers(0, 200), min_size=ndim, max_size=ndim))
     written["attributes"] = data.draw(ATTRIBUTES)
     written["fill_value"] = data.draw(st.integers(0, 9))
-    names = data.draw(st.one_of(st.none(), st.lists(st.text(max_size=3), min_size=ndim,
-                                                    max_size=ndim)))
+    names = data.draw(
+        st.one_of(st.none(), st.lists(st.text(max_size=3), min_size=ndim, max_size=ndim))
+    )
     written["dimension_names"] = names
     out = map_back_metadata(real, written)
     defaults = {"attributes": {}, "dimension_names": None}
@@ -142,8 +145,10 @@ def _unmappable_changes(presented: dict[str, Any]) -> list[tuple[str, Any]]:
     return [
         ("shape", [*presented["shape"], 4]),  # another number of dimensions
         ("shape", [-1] * ndim),
-        ("chunk_grid", {"name": "regular", "configuration": {"chunk_shape": [c + 1 for c in
-                                                                            chunk]}}),
+        (
+            "chunk_grid",
+            {"name": "regular", "configuration": {"chunk_shape": [c + 1 for c in chunk]}},
+        ),
         ("codecs", [{"name": "bytes", "configuration": {"endian": "big"}}]),
         ("data_type", "float64" if presented["data_type"] != "float64" else "int8"),
         ("chunk_key_encoding", {"name": "v2", "configuration": {"separator": "/"}}),

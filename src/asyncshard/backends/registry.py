@@ -13,6 +13,7 @@ from asyncshard.store import Store
 Opener = Callable[[str, dict[str, Any]], Store]
 _OPENERS: dict[str, Opener] = {}
 
+
 def register_scheme(scheme: str, opener: Opener) -> None:
     """Make ``open_store`` open ``scheme://...`` URLs with ``opener(url, options)``."""
     _OPENERS[scheme.lower()] = opener

@@ -24,5 +24,3 @@ CLOUD_SCHEMES: Mapping[str, str] = MappingProxyType(
         "adl": "az",
     }
 )
-
-

@@ -278,9 +278,7 @@ async def shard_precomputed_async(
     with :func:`default_sharding`. Scales already sharded with that spec are skipped.
     Runner options as for :func:`asyncshard.convert.shard_store_async`.
     """
-    return await _convert_volume(
-        url_or_store, scales, sharding, True, target_shard_bytes, options
-    )
+    return await _convert_volume(url_or_store, scales, sharding, True, target_shard_bytes, options)
 
 
 async def unshard_precomputed_async(

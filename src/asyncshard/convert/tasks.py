@@ -281,4 +281,3 @@ async def read_present_chunks(
         return [], 0
     index = decode_index(result.data, layout.index, shard_size=result.meta.size, key=key)
     return layout.present_chunks(shard, index), len(result.data)
-

@@ -22,6 +22,7 @@ __all__ = [
 
 _namespaces = itertools.count()
 
+
 class Unchanged(enum.Enum):
     """The type of :data:`UNCHANGED`."""
 

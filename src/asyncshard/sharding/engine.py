@@ -473,9 +473,7 @@ class ShardedAdapter(WrapperStore, IndexIO):
             return await super()._get(key, byte_range, if_match)
         if not loc.inside:
             return None
-        return await self._read_one(
-            ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
-        )
+        return await self._read_one(ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match))
 
     async def get_located(
         self,
@@ -807,7 +805,9 @@ class ShardedAdapter(WrapperStore, IndexIO):
         """Whether the shard is still what ``found`` says (then its index is touched)."""
         meta = await self.inner.head(shard_key)
         same = (meta is None and not found.exists) or (
-            meta is not None and found.exists and found.version is not None
+            meta is not None
+            and found.exists
+            and found.version is not None
             and meta.version == found.version
         )
         name = (self._ns, *self.format.index_name(shard_key))
@@ -852,8 +852,10 @@ class ShardedAdapter(WrapperStore, IndexIO):
             self._pass_through(key)
             return await super()._put(key, data, if_match, if_absent)
         conditional = if_match is not None or if_absent
-        change = _conditioned(key, bytes(data), if_match, if_absent) if conditional else (
-            _constant(bytes(data))
+        change = (
+            _conditioned(key, bytes(data), if_match, if_absent)
+            if conditional
+            else (_constant(bytes(data)))
         )
         return await self._writes.submit(_Write(key, loc.shard_key, loc.chunk, change, conditional))
 
@@ -1065,8 +1067,9 @@ class ShardedAdapter(WrapperStore, IndexIO):
             return
 
         def change(current: Current) -> None:
-            check_condition(key, ObjectMeta(key, 0, current.version) if current.exists else None,
-                            version, False)
+            check_condition(
+                key, ObjectMeta(key, 0, current.version) if current.exists else None, version, False
+            )
 
         await self._apply(loc.shard_key, [(loc.chunk, change)])
 

@@ -43,8 +43,11 @@ async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any
     if info is not None:
         if info.get("sharding") is not None:
             return await Uint64ShardedStore.open(inner, path, **adapter)
-        sharded = [s.get("key") for s in info.get("scales") or [] if isinstance(s, dict)
-                   and s.get("sharding")]
+        sharded = [
+            s.get("key")
+            for s in info.get("scales") or []
+            if isinstance(s, dict) and s.get("sharding")
+        ]
         raise InvalidMetadataError(
             f"{base}info: a precomputed volume; open one of its sharded scales: "
             + (", ".join(f"{base}{k}" for k in sharded) or "(none is sharded)")

@@ -264,9 +264,7 @@ class PrecomputedFormat(ShardFormat):
             return None
 
         async def load() -> CacheEntry:
-            result = await io.store.get_object(
-                shard_key, Range(start, end), if_match=index.version
-            )
+            result = await io.store.get_object(shard_key, Range(start, end), if_match=index.version)
             if result is None:  # deleted since its shard index was cached
                 raise ConflictError(f"{shard_key}: shard disappeared", key=shard_key)
             if len(result.data) != end - start:
@@ -533,7 +531,8 @@ class Uint64ShardedStore(ShardedAdapter):
         """Every chunk id stored in the directory (listing, then indexes through the cache)."""
         self.stats.requests["list"] += 1
         shard_keys = [
-            key async for key in self.inner.list_prefix(self.precomputed.base)
+            key
+            async for key in self.inner.list_prefix(self.precomputed.base)
             if self.precomputed.is_shard(key)
         ]
         chunks = await self._expand_chunks(shard_keys)

@@ -90,10 +90,7 @@ class ZarrFormat(ShardFormat):
         grid, cps = self.layout.chunk_grid_shape, self.layout.chunks_per_shard
         extent = [max(0, min(n, g - s * n)) for s, n, g in zip(shard, cps, grid, strict=True)]
         total = math.prod(extent)
-        inside = sum(
-            all(p < e for p, e in zip(pos, extent, strict=True))
-            for pos in chunks
-        )
+        inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in chunks)
         return total > 0 and inside >= total
 
     # -- indexes ----------------------------------------------------------------------
@@ -233,9 +230,7 @@ class ZarrShardedStore(ShardedAdapter):
         self.write_order = write_order
 
     def __repr__(self) -> str:
-        return (
-            f"ZarrShardedStore({self.inner!r}, chunks_per_shard={self.layout.chunks_per_shard})"
-        )
+        return f"ZarrShardedStore({self.inner!r}, chunks_per_shard={self.layout.chunks_per_shard})"
 
     @classmethod
     async def open(cls, inner: Store, array_path: str = "", **options: Any) -> ZarrShardedStore:
@@ -262,4 +257,3 @@ class ZarrShardedStore(ShardedAdapter):
 async def open_zarr_sharded(inner: Store, array_path: str, **options: Any) -> ZarrShardedStore:
     """:meth:`ZarrShardedStore.open` as a function."""
     return await ZarrShardedStore.open(inner, array_path, **options)
-

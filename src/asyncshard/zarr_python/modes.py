@@ -27,6 +27,7 @@ def _zarr_concurrency() -> int:
 
     return int(zarr.config.get("async.concurrency"))
 
+
 MODES: Final[tuple[str, ...]] = get_args(Mode)
 
 

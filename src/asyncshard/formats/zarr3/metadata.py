@@ -648,8 +648,10 @@ def _unmappable(name: str, presented: Any, written: Any) -> str:
         "asyncshard.convert.reshard or rewrite the array",
         "codecs": "the codecs are the inner codecs of the sharding codec; rewrite the array "
         "to change them",
-    }.get(name, "only shape, attributes, dimension_names and fill_value map back onto the "
-          "sharded metadata")
+    }.get(
+        name,
+        "only shape, attributes, dimension_names and fill_value map back onto the sharded metadata",
+    )
     return (
         f"{name}: cannot be changed through the unsharded view ({what}): presented "
         f"{json.dumps(presented)[:200]}, written {json.dumps(written)[:200]}"
