@@ -108,8 +108,9 @@ class FakeGCS:
         if request.method in ("GET", "HEAD"):
             return self._get(objects, key, request)
         if request.method == "PUT":
-            if "x-goog-copy-source" in request.headers:
-                return _error(501, "NotImplemented", "copy is not implemented by the fake")
+            source = request.headers.get("x-goog-copy-source")
+            if source is not None:
+                return self._copy(objects, key, source, request)
             return self._put(objects, key, await request.read(), request)
         if request.method == "DELETE":
             return self._delete(objects, key, request)
@@ -189,6 +190,16 @@ class FakeGCS:
         objects[key] = obj
         headers = {"ETag": obj.etag, "x-goog-generation": str(obj.generation)}
         return web.Response(status=200, headers=headers)
+
+    def _copy(
+        self, objects: dict[str, FakeObject], key: str, source: str, request: web.Request
+    ) -> web.Response:
+        """The XML API's copy: a PUT naming ``/bucket/key`` of the source."""
+        bucket, _, name = unquote(source).lstrip("/").partition("/")
+        found = self.buckets.get(bucket, {}).get(name)
+        if found is None:
+            return _error(404, "NoSuchKey", "The specified key does not exist.")
+        return self._put(objects, key, found.data, request)
 
     def _delete(
         self, objects: dict[str, FakeObject], key: str, request: web.Request

@@ -134,6 +134,24 @@ class WriteConformance(ConformanceBase):
         assert value is not None
         assert bytes(value) == b"".join(bytes([s + 1]) * 4 + bytes(4) for s in range(8))
 
+    async def test_copy(self, writable: Harness) -> None:
+        store, key = writable.store, writable.key
+        source, target, fresh = key("s/a"), key("t/b"), key("t/new/c")
+        await store.set(source, b"source bytes")
+        await store.set(target, b"old")
+        store.stats.reset()
+        assert await store.copy(source, target) == 12  # replaces the target
+        assert await store.copy(source, fresh) == 12
+        assert store.stats.requests["copy"] == 2
+        assert await store.copy(key("s/missing"), key("t/x")) is None
+        assert await store.get(target) == b"source bytes" == await store.get(fresh)
+        await store.set(target, b"changed")  # a copy is independent of its source
+        assert await store.get(source) == b"source bytes"
+        assert await store.get(key("t/x")) is None
+        pairs = [(source, key("m/1")), (key("s/missing"), key("m/2")), (fresh, key("m/3"))]
+        assert await store.copy_many(pairs) == [12, None, 12]
+        assert [await store.get(t) for _, t in pairs] == [b"source bytes", None, b"source bytes"]
+
     async def test_erase_values_and_missing_keys(self, writable: Harness) -> None:
         store, key = writable.store, writable.key
         await store.set(key("x/1"), b"1")

@@ -52,6 +52,11 @@ from asyncshard.store import (
 #: and treating 404 per key). Azure's Blob Batch takes 256, but obstore fails the whole
 #: call when one blob is missing, and no Azure server runs in the tests: one per key.
 BULK_DELETE_KEYS = {"s3": 1000}
+#: Kinds whose servers copy an object without its bytes passing through the client (S3
+#: CopyObject, GCS's copy-source PUT). Plain HTTP has no copy; WebDAV's COPY is not
+#: answered by every HTTP server behind the same kind, and no Azure server runs in the
+#: tests: those read and write.
+SERVER_SIDE_COPY = frozenset({"s3", "gs"})
 
 
 class _BodyCutShort(StoreConnectionError):
@@ -434,6 +439,26 @@ class CloudStore(Store):
             if failure is not Failure.MISSING:
                 where = keys[0] if len(keys) == 1 else f"{keys[0]} (and {len(keys) - 1} more)"
                 raise self._error(exc, failure, where, "delete") from exc
+
+    async def _copy(self, source: str, target: str) -> int | None:
+        """S3 and GCS: a HEAD of the source (its size; a missing source sends nothing
+        more), then a server-side copy. Elsewhere the object is read and written."""
+        if self.kind not in SERVER_SIDE_COPY:
+            return await super()._copy(source, target)
+        self._check_writable()
+        self._count_request("head")
+        meta = await self._bounded(self._head(source))
+        if meta is None:
+            self._count_request("copy", -1)  # no copy request sent
+            return None
+        try:
+            await self._bounded(self._call(obstore.copy_async(self._os, source, target)))
+        except OBSTORE_ERRORS as exc:
+            failure = classify(exc)
+            if self._missing(failure):  # deleted since the HEAD
+                return None
+            raise self._error(exc, failure, target, "copy") from exc
+        return meta.size
 
     # -- listing ------------------------------------------------------------------------
 
