@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from asyncshard.backends.cloud import store as cloud_store
 from asyncshard.backends.cloud.store import SERVER_SIDE_COPY
 from asyncshard.errors import ReadOnlyError
 from tests.cloud.conftest import Backend
@@ -29,3 +30,17 @@ async def test_copy_sends_no_bytes_through_the_client(backend: Backend) -> None:
     assert dict(store.stats.requests) == {"copy": 2, "head": 3}  # the requests sent
     assert await store.get("dst/old") == BLOB == await store.get("dst/new")
     assert await store.get("dst/x") is None
+
+
+async def test_an_object_too_large_to_copy_server_side_is_read_and_written(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = backend.store
+    if not store.supports_writes:
+        pytest.skip("read-only: the test above checks the refusal")
+    monkeypatch.setattr(cloud_store, "MAX_SERVER_SIDE_COPY", len(BLOB) - 1)
+    await backend.seed({"src/blob": BLOB})
+    backend.reset_log()
+    assert await store.copy("src/blob", "dst/blob") == len(BLOB)
+    assert [m for m, _, _ in backend.server_log()] == ["HEAD", "GET", "PUT"]
+    assert await store.get("dst/blob") == BLOB
