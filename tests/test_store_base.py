@@ -1,15 +1,19 @@
-"""The Store base class itself: the concurrency bound across event loops."""
+"""The Store base class itself: the concurrency bound across event loops, conflict retries."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import threading
+import time
 import weakref
 from collections import Counter
 
+import pytest
+
+from asyncshard.errors import ConflictError
 from asyncshard.ranges import ByteRange
-from asyncshard.store import GetResult, ObjectMeta, Store
+from asyncshard.store import GetResult, ObjectMeta, Store, retry_on_conflict
 
 LIMIT = 2
 
@@ -126,3 +130,38 @@ def test_closed_loops_are_not_kept_alive() -> None:
     store.gates.clear()
     gc.collect()
     assert [r for r in refs if r() is not None] == []
+
+
+async def test_a_writer_that_keeps_losing_waits_its_turn() -> None:
+    """Conflicts past the attempt count are retried while the patience lasts: a writer
+    on a busy object is not failed while others' writes keep landing."""
+    started = time.monotonic()
+    tries = 0
+
+    async def attempt() -> str:
+        nonlocal tries
+        tries += 1
+        if time.monotonic() - started < 0.15:
+            raise ConflictError("k: changed meanwhile", key="k")
+        return "written"
+
+    assert await retry_on_conflict(attempt, "k", attempts=2, patience=5.0) == "written"
+    assert tries > 2
+
+
+async def test_retries_end_after_the_attempts_and_the_patience() -> None:
+    tries = 0
+
+    async def attempt() -> None:
+        nonlocal tries
+        tries += 1
+        raise ConflictError("k: changed meanwhile", key="k")
+
+    started = time.monotonic()
+    with pytest.raises(ConflictError, match="gave up after"):
+        await retry_on_conflict(attempt, "k", attempts=3, patience=0.1)
+    assert time.monotonic() - started >= 0.1 and tries >= 3
+    tries = 0
+    with pytest.raises(ConflictError):  # no patience: the attempt count alone
+        await retry_on_conflict(attempt, "k", attempts=4, patience=0)
+    assert tries == 4

@@ -29,6 +29,7 @@ import asyncio
 import builtins
 import inspect
 import random
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -70,6 +71,9 @@ DEFAULT_MAX_GAP = 64 * 1024
 DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 32
 CONFLICT_RETRIES = 32
+#: Seconds a read-modify-write keeps retrying an object that keeps changing under it
+#: (once :data:`CONFLICT_RETRIES` attempts are spent too): see :func:`retry_on_conflict`.
+CONFLICT_PATIENCE = 30.0
 
 
 def validate_key(key: str) -> str:
@@ -133,19 +137,35 @@ def apply_runs(current: BytesLike | None, runs: Iterable[tuple[int, BytesLike]])
 
 
 async def retry_on_conflict(
-    attempt: Callable[[], Awaitable[T]], key: str, *, attempts: int = CONFLICT_RETRIES
+    attempt: Callable[[], Awaitable[T]],
+    key: str,
+    *,
+    attempts: int = CONFLICT_RETRIES,
+    patience: float = CONFLICT_PATIENCE,
 ) -> T:
     """Run a read-modify-write ``attempt`` until it does not raise ``ConflictError``.
 
     Retries sleep a random, exponentially growing time (capped at 0.25 s) so that
-    concurrent writers of one object spread out instead of colliding again.
+    concurrent writers of one object spread out instead of colliding again. Every
+    conflict means another writer's write landed, so a writer that keeps losing on a busy
+    object waits its turn: it gives up (``ConflictError``) only once it has made
+    ``attempts`` attempts *and* ``patience`` seconds have passed.
     """
-    for n in range(attempts):
+    started = time.monotonic()
+    n = 0
+    while True:
         try:
             return await attempt()
         except ConflictError:
-            await asyncio.sleep(random.uniform(0, min(0.25, 0.002 * 2**n)))
-    raise ConflictError(f"{key}: gave up after {attempts} conflicting concurrent writes", key=key)
+            n += 1
+            if n >= attempts and time.monotonic() - started >= patience:
+                break
+            await asyncio.sleep(random.uniform(0, min(0.25, 0.002 * 2 ** min(n - 1, 8))))
+    raise ConflictError(
+        f"{key}: gave up after {n} conflicting concurrent writes in "
+        f"{time.monotonic() - started:.1f} s",
+        key=key,
+    )
 
 
 @dataclass(frozen=True, slots=True)
