@@ -13,7 +13,8 @@ from tests.servers.fixtures import s3_server  # noqa: F401 - the session S3 serv
 @pytest.fixture(scope="session")
 def dask_client() -> Iterator[Any]:
     """A local ``dask.distributed`` cluster of two worker processes, one thread each."""
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None

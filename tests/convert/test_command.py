@@ -62,7 +62,8 @@ def test_usage_errors(tmp_path: Path) -> None:
 
 
 def test_precomputed_is_detected(tmp_path: Path) -> None:
-    ts = __import__("pytest").importorskip("tensorstore")
+    import tensorstore as ts
+
     root = tmp_path / "vol"
     spec = {
         "driver": "neuroglancer_precomputed",

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tensorstore as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +23,6 @@ from asyncshard.convert.journal import JOURNAL_NAME
 from asyncshard.formats.precomputed.shard import shard_index_nbytes
 from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
 from tests.convert.helpers import Crash, CrashingStore, snapshot
-
-ts = pytest.importorskip("tensorstore")
 
 SCALES = [
     ("1_1_1", [40, 30, 20], [8, 8, 8], [3, -2, 0]),

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tensorstore as ts
 
 from asyncshard.backends import LocalStore
 from asyncshard.cache import IndexCache
@@ -35,7 +36,6 @@ from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
 
-ts = pytest.importorskip("tensorstore")
 s3_server = server_fixtures.s3_server  # the shared session S3 server (moto, or MinIO)
 
 CASES = [

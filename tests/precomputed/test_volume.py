@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tensorstore as ts
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -265,8 +266,6 @@ def test_chunk_ids_cover_the_grid() -> None:
 
 
 # --------------------------------------------------------------------------- tensorstore oracle
-
-ts = pytest.importorskip("tensorstore")
 
 ORACLE_CASES = [
     pytest.param("identity", 0, "raw", "raw", id="identity-raw"),

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import neuroglancer
 import numpy as np
 import numpy.typing as npt
 import pytest
 from aiohttp import web
+from PIL import Image
 
 from asyncshard.backends import LocalStore
 from asyncshard.server.app import LoggedRequest, make_app
@@ -39,9 +41,6 @@ from asyncshard.server.demo import (
 )
 from tests.server.browser import Chromium, Page, chromium_binary
 from tests.servers._threaded import ThreadedApp
-
-neuroglancer = pytest.importorskip("neuroglancer")
-Image = pytest.importorskip("PIL.Image")
 
 WIDTH, HEIGHT = 1200, 700
 LOAD_TIMEOUT = 25.0

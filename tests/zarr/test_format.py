@@ -209,7 +209,8 @@ def test_morton_order_3d() -> None:
 
 @pytest.mark.parametrize("shape", [(2, 2), (3, 5), (4, 4, 4), (1, 7), (3, 2, 5), (6,), (2, 9, 3)])
 def test_morton_order_matches_zarr_python(shape: tuple[int, ...]) -> None:
-    indexing = pytest.importorskip("zarr.core.indexing")
+    from zarr.core import indexing
+
     ours = [tuple(p) for p in morton_order(shape).tolist()]
     assert ours == list(indexing.morton_order_iter(shape))
 
@@ -529,7 +530,8 @@ def test_round_trip_property(layout: IndexLayout, seed: int, order: Literal["mor
 
 
 def test_zarr_python_writes_we_read(tmp_path: Path) -> None:
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     shape, dtype = (13, 10), "uint16"
     data = sample(shape, dtype)
     arr = zarr.create_array(
@@ -565,7 +567,8 @@ def test_zarr_python_writes_we_read(tmp_path: Path) -> None:
 
 
 def test_zarr_python_3d_index_start(tmp_path: Path) -> None:
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     shape, dtype = (5, 6, 7), "int32"
     data = sample(shape, dtype, seed=3)
     arr = zarr.create_array(
@@ -585,7 +588,8 @@ def test_zarr_python_3d_index_start(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("location", ["start", "end"])
 def test_tensorstore_writes_we_read(tmp_path: Path, location: Location) -> None:
-    ts = pytest.importorskip("tensorstore")
+    import tensorstore as ts
+
     shape, dtype = (9, 11), "uint32"
     data = sample(shape, dtype, seed=1)
     meta = sharded_zarr_json([9, 11], [4, 6], [2, 3], dtype, location=location)
@@ -636,7 +640,8 @@ def _write_ours(
 def test_we_write_zarr_python_reads(
     tmp_path: Path, location: Location, endian: Endian, checksum: bool
 ) -> None:
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     data, _ = _write_ours(tmp_path / "o", location, endian, checksum)
     got = zarr.open_array(str(tmp_path / "o"), mode="r")[...]
     np.testing.assert_array_equal(got, data)
@@ -646,7 +651,8 @@ def test_we_write_zarr_python_reads(
 def test_we_write_tensorstore_reads(
     tmp_path: Path, location: Location, endian: Endian, checksum: bool
 ) -> None:
-    ts = pytest.importorskip("tensorstore")
+    import tensorstore as ts
+
     data, _ = _write_ours(tmp_path / "o", location, endian, checksum)
     spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "o")}}
     got = ts.open(spec, open=True).result().read().result()
@@ -655,7 +661,8 @@ def test_we_write_tensorstore_reads(
 
 def test_tensorstore_reads_single_inner_chunks(tmp_path: Path) -> None:
     """tensorstore's zarr3_sharding_indexed kvstore sees exactly our inner chunks."""
-    ts = pytest.importorskip("tensorstore")
+    import tensorstore as ts
+
     layout = IndexLayout((3, 2), location="start")
     chunks: Mapping[tuple[int, ...], bytes] = {(0, 1): b"first", (2, 0): b"second!", (1, 1): b""}
     (tmp_path / "shard").write_bytes(encode_shard(chunks, layout))

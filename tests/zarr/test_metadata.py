@@ -227,7 +227,8 @@ def test_zero_dimensional_keys() -> None:
 
 
 def test_zero_dimensional_zarr_python_round_trip(tmp_path: Path) -> None:
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     doc = sharded_zarr_json([], [], [], "float64")
     (tmp_path / "zarr.json").write_text(json.dumps(doc))
     layout = parse_zarr3_array(doc)
@@ -475,7 +476,8 @@ def test_sharded_metadata_rejects_bad_input() -> None:
 
 
 def test_round_trip_of_zarr_python_metadata(tmp_path: Path) -> None:
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     zarr.create_array(
         store=str(tmp_path / "a"),
         shape=(20, 30),
@@ -501,7 +503,8 @@ def test_round_trip_of_zarr_python_metadata(tmp_path: Path) -> None:
 
 
 def test_round_trip_of_tensorstore_metadata(tmp_path: Path) -> None:
-    ts = pytest.importorskip("tensorstore")
+    import tensorstore as ts
+
     meta = sharded_zarr_json([9, 11], [4, 6], [2, 3], "uint32", location="start")
     ts.open(
         {
@@ -517,7 +520,8 @@ def test_round_trip_of_tensorstore_metadata(tmp_path: Path) -> None:
 
 def test_unshard_zarr_python_array_by_hand(tmp_path: Path) -> None:
     """Split zarr-python shards into flat chunks with our layout; zarr-python reads them."""
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     data = sample((11, 9), "int16", seed=5)
     # default compressors: the inner chunks are zstd-compressed, copied verbatim
     src = zarr.create_array(
@@ -544,8 +548,9 @@ def test_unshard_zarr_python_array_by_hand(tmp_path: Path) -> None:
 def test_shard_flat_zarr_python_array_by_hand(tmp_path: Path) -> None:
     """Pack flat zarr-python chunks into shards with our layout; zarr-python and tensorstore
     read the result."""
-    zarr = pytest.importorskip("zarr")
-    ts = pytest.importorskip("tensorstore")
+    import tensorstore as ts
+    import zarr
+
     data = sample((11, 9), "int16", seed=6)
     src = zarr.create_array(
         store=str(tmp_path / "s"), shape=data.shape, chunks=(2, 3), dtype="int16"

@@ -28,7 +28,8 @@ SHAPE, SHARD, CHUNK, DASK_CHUNKS = (64, 96), (32, 32), (4, 4), (12, 20)
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
     """A local cluster of 4 worker processes, one thread each (once per module)."""
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     with (
         distributed.LocalCluster(
             n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None
