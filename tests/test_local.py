@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -171,21 +174,53 @@ async def test_permission_denied_is_a_store_permission_error(
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-async def test_unreadable_file_is_a_store_permission_error(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+_PERMISSION_CHECK = """
+import asyncio, sys
+from pathlib import Path
+from asyncshard.backends import LocalStore
+from asyncshard.errors import StorePermissionError
+
+async def main(root: Path) -> None:
+    store = LocalStore(root)
     await store.set("d/obj", b"x")
-    (tmp_path / "d" / "obj").chmod(0)
-    (tmp_path / "ro").mkdir()
-    (tmp_path / "ro").chmod(0o555)
-    try:
-        with pytest.raises(StorePermissionError, match="d/obj"):
-            await store.get("d/obj")
-        with pytest.raises(StorePermissionError, match="ro"):
-            await store.set("ro/new", b"x")
-    finally:
-        (tmp_path / "d" / "obj").chmod(0o644)
-        (tmp_path / "ro").chmod(0o755)
+    (root / "d" / "obj").chmod(0)
+    (root / "ro").mkdir()
+    (root / "ro").chmod(0o555)
+    for call, name in ((store.get("d/obj"), "d/obj"), (store.set("ro/new", b"x"), "ro")):
+        try:
+            await call
+        except StorePermissionError as exc:
+            assert name in str(exc), exc
+        else:
+            raise AssertionError(f"no StorePermissionError for {name}")
+    (root / "d" / "obj").chmod(0o644)
+    (root / "ro").chmod(0o755)
+
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+def _without_root_file_access() -> None:
+    """In the child, before exec: drop the capabilities that let root ignore file modes
+    (CAP_DAC_OVERRIDE 1, CAP_DAC_READ_SEARCH 2) from the bounding set, so the exec'd
+    interpreter runs as root that file permissions do apply to."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_unreadable_file_is_a_store_permission_error(tmp_path: Path) -> None:
+    """Run in a child process; as root, one without root's file-access capabilities."""
+    as_root = os.geteuid() == 0
+    result = subprocess.run(
+        [sys.executable, "-c", _PERMISSION_CHECK, str(tmp_path / "root")],
+        preexec_fn=_without_root_file_access if as_root else None,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
 
 
 async def test_too_long_names_read_as_missing_and_cannot_be_written(tmp_path: Path) -> None:
