@@ -30,7 +30,6 @@ import argparse
 import os
 import random
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -46,6 +45,7 @@ import tensorstore as ts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.nginx import Nginx
+from tests.servers import debian
 
 SERVE = [sys.executable, "-c", "from asyncshard.server.command import main; main()"]
 SHAPE, CHUNK, SHARD = (512, 512, 256), 32, (128, 64, 64)
@@ -68,19 +68,10 @@ end
 
 def ensure_wrk() -> str:
     """The path of ``wrk``; installed with apt-get if missing and possible."""
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        print("wrk is missing: apt-get install -y wrk", flush=True)
-        install = ["apt-get", "install", "-y", "-q", "wrk"]
-        if subprocess.run(install, stdout=subprocess.DEVNULL).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], stdout=subprocess.DEVNULL, check=True)
-            subprocess.run(install, stdout=subprocess.DEVNULL, check=True)
-        found = shutil.which("wrk")
-    if not found:
-        sys.exit("this benchmark needs wrk: install the Debian package 'wrk' (apt-get install wrk)")
-    return found
+    try:
+        return debian.ensure("wrk")
+    except RuntimeError as exc:
+        raise SystemExit(f"this benchmark needs wrk: {exc}") from None
 
 
 def write_dataset(root: Path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from benchmarks.common import free_port
+from tests.servers import debian
 
 CONFIG = """
 {user}
@@ -54,17 +55,11 @@ http {{
 
 
 def ensure_nginx() -> str:
-    """The nginx binary, apt-installed (``nginx-light``) if missing and we are root."""
-    found = shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None
-    )
-    if found:
-        return found
-    if os.geteuid() != 0:
-        raise SystemExit("nginx is missing: install Debian's nginx-light (apt-get, as root)")
-    subprocess.run(["apt-get", "update", "-qq"], check=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=True)
-    return "/usr/sbin/nginx"
+    """The nginx binary, apt-installed (``nginx-light``) if missing and possible."""
+    try:
+        return debian.ensure("nginx-light", ("nginx",))
+    except RuntimeError as exc:
+        raise SystemExit(f"this benchmark needs nginx: {exc}") from None
 
 
 class Nginx:

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml  # type: ignore[import-untyped]
 
+from tests.servers import debian
 from tests.servers.s3 import ENDPOINT_VAR, TEST_BUCKET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,19 +69,18 @@ def test_asyncshard_service_builds_the_dockerfile() -> None:
     assert "pip install ." in dockerfile
 
 
-def compose_client() -> list[str] | None:
-    """A Compose client on this machine: ``docker compose`` (v2) or ``docker-compose``."""
+def compose_client() -> list[str]:
+    """A Compose client: ``docker compose`` (v2) where Docker has it, else Debian's
+    ``docker-compose`` (v1), apt-installed when missing (the file must suit both)."""
     if shutil.which("docker"):
         probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
         if probe.returncode == 0:
             return ["docker", "compose"]
-    return ["docker-compose"] if shutil.which("docker-compose") else None
+    return [debian.ensure("docker-compose")]
 
 
 def test_compose_client_accepts_the_file() -> None:
     client = compose_client()
-    if client is None:
-        pytest.skip("no Compose client installed (docker compose or docker-compose)")
     result = subprocess.run(
         [*client, "-f", str(ROOT / "compose.yaml"), "config", "-q"],
         cwd=ROOT,

@@ -1,7 +1,7 @@
 """Headless Debian ``chromium`` driven through the DevTools protocol (no webdriver).
 
-:func:`chromium_binary` finds the browser or installs it (``apt-get``, idempotent: only
-when missing); :class:`Chromium` starts it with software WebGL2 (SwiftShader through
+:func:`chromium_binary` finds the browser or installs it (:mod:`tests.servers.debian`:
+only when missing); :class:`Chromium` starts it with software WebGL2 (SwiftShader through
 ANGLE) on a private profile and :class:`Page` talks CDP to one tab over an aiohttp
 websocket.
 """
@@ -24,12 +24,10 @@ from typing import Any
 
 import aiohttp
 
+from tests.servers import debian
+
 CHROMIUM_ENV = "ASYNCSHARD_CHROMIUM"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-INSTALL_COMMAND = (
-    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-    "apt-get install -y -qq --no-install-recommends chromium"
-)
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -46,42 +44,11 @@ FLAGS = (
 )
 
 
-def _find() -> str | None:
-    explicit = os.environ.get(CHROMIUM_ENV)
-    if explicit:
-        return explicit
-    for name in CHROMIUM_NAMES:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 def chromium_binary() -> str:
-    """The chromium executable; installs Debian's ``chromium`` when there is none.
-
-    Raises ``RuntimeError`` (with the installer's output) when it cannot be had.
-    """
-    found = _find()
-    if found:
-        return found
-    if not shutil.which("apt-get"):
-        raise RuntimeError(f"no chromium found and no apt-get to install it; set ${CHROMIUM_ENV}")
-    command = INSTALL_COMMAND
-    if os.geteuid() != 0:
-        if not shutil.which("sudo"):
-            raise RuntimeError("chromium is missing and installing it needs root (or sudo)")
-        command = f"sudo -n sh -c '{command}'"
-    result = subprocess.run(
-        command, shell=True, capture_output=True, text=True, timeout=900, check=False
-    )
-    found = _find()
-    if result.returncode != 0 or not found:
-        raise RuntimeError(
-            f"installing chromium failed ({command}):\n{result.stdout[-2000:]}"
-            f"\n{result.stderr[-2000:]}"
-        )
-    return found
+    """The chromium executable (``$ASYNCSHARD_CHROMIUM`` first); installs Debian's
+    ``chromium`` when there is none. ``RuntimeError`` when it cannot be had."""
+    explicit = os.environ.get(CHROMIUM_ENV)
+    return explicit or debian.ensure("chromium", CHROMIUM_NAMES)
 
 
 class Chromium:
