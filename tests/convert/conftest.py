@@ -7,18 +7,14 @@ from typing import Any
 
 import pytest
 
-from tests.servers.fixtures import s3_server  # noqa: F401 - the session S3 server (moto)
+from tests.servers.fixtures import (  # noqa: F401 - s3_server: the session S3 server (moto)
+    local_dask_client,
+    s3_server,
+)
 
 
 @pytest.fixture(scope="session")
 def dask_client() -> Iterator[Any]:
     """A local ``dask.distributed`` cluster of two worker processes, one thread each."""
-    import distributed
-
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with local_dask_client(2) as client:
         yield client

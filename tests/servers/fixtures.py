@@ -79,6 +79,22 @@ class _Shared:
 SHARED = _Shared()
 
 
+@contextmanager
+def local_dask_client(workers: int) -> Iterator[Any]:
+    """A ``dask.distributed`` client of a local cluster of ``workers`` processes, one
+    thread each; its dashboard on a free port (``None`` still takes 8787 and warns when
+    another cluster of the session holds it)."""
+    import distributed
+
+    with (
+        distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
 def unique_prefix() -> str:
     """A fresh prefix so that every test starts from an empty store."""
     return f"t-{uuid.uuid4().hex[:12]}"

@@ -21,6 +21,7 @@ import pytest
 import zarr
 
 from asyncshard.zarr_python import ZarrStore
+from tests.servers.fixtures import local_dask_client
 
 SHAPE, SHARD, CHUNK, DASK_CHUNKS = (64, 96), (32, 32), (4, 4), (12, 20)
 
@@ -28,14 +29,7 @@ SHAPE, SHARD, CHUNK, DASK_CHUNKS = (64, 96), (32, 32), (4, 4), (12, 20)
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
     """A local cluster of 4 worker processes, one thread each (once per module)."""
-    import distributed
-
-    with (
-        distributed.LocalCluster(
-            n_workers=4, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as dask_client,
-    ):
+    with local_dask_client(4) as dask_client:
         yield dask_client
 
 

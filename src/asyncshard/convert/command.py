@@ -109,7 +109,8 @@ def _dask(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         return
     cluster_type: Any = distributed.LocalCluster
     with (
-        cluster_type(n_workers=workers, threads_per_worker=1, dashboard_address=None) as cluster,
+        # dashboard on a free port: None still takes 8787, and warns when that is in use
+        cluster_type(n_workers=workers, threads_per_worker=1, dashboard_address=":0") as cluster,
         client_type(cluster) as client,
     ):
         yield client
