@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
+from benchmarks.common import sharding_codec
 
 MB = 1e6
 
@@ -137,11 +138,7 @@ def ts_spec(url: str, storage: dict[str, Any] | None, **extra: Any) -> dict[str,
 
 
 def sharded_codecs(chunk: int, shard: int | None) -> list[dict[str, Any]]:
-    if shard is None:
-        return [{"name": "bytes"}]
-    index = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
-    config = {"chunk_shape": [chunk] * 3, "codecs": [{"name": "bytes"}], "index_codecs": index}
-    return [{"name": "sharding_indexed", "configuration": {**config, "index_location": "end"}}]
+    return [{"name": "bytes"}] if shard is None else [sharding_codec(chunk)]
 
 
 # --------------------------------------------------------------------------- one run (child)

@@ -44,6 +44,7 @@ import psutil
 import tensorstore as ts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import sharding_codec
 from benchmarks.nginx import Nginx
 from tests.servers import debian
 
@@ -76,17 +77,7 @@ def ensure_wrk() -> str:
 
 def write_dataset(root: Path) -> None:
     data = np.random.default_rng(0).integers(0, 255, SHAPE, dtype=np.uint8)
-    sharding = {
-        "name": "sharding_indexed",
-        "configuration": {
-            "chunk_shape": [CHUNK] * 3,
-            "codecs": [{"name": "bytes"}],
-            "index_codecs": [
-                {"name": "bytes", "configuration": {"endian": "little"}},
-                {"name": "crc32c"},
-            ],
-        },
-    }
+    sharding = sharding_codec(CHUNK)
     for name, grid, codecs in (
         ("arr", list(SHARD), [sharding]),
         ("flat", [CHUNK] * 3, [{"name": "bytes"}]),

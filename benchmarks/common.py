@@ -1,5 +1,6 @@
-"""What several benchmarks share: free ports, bounded concurrency, and AWS credentials
-files for tensorstore's ``s3`` kvstore (no credential chain is asked). nginx: ``nginx.py``."""
+"""What several benchmarks share: free ports, bounded concurrency, the Zarr sharding
+codec of their arrays, and AWS credentials files for tensorstore's ``s3`` kvstore (no
+credential chain is asked). nginx: ``nginx.py``."""
 
 from __future__ import annotations
 
@@ -41,3 +42,11 @@ def aws_profile(folder: Path, access_key: str, secret_key: str, region: str) -> 
         "credentials_file": str(folder / "credentials"),
         "config_file": str(folder / "config"),
     }
+
+
+def sharding_codec(chunk: int) -> dict[str, Any]:
+    """Zarr v3 ``sharding_indexed`` of uncompressed 3-d inner chunks of edge ``chunk``,
+    with a crc32c index at the end (what tensorstore and zarr-python write by default)."""
+    index = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+    config = {"chunk_shape": [chunk] * 3, "codecs": [{"name": "bytes"}], "index_codecs": index}
+    return {"name": "sharding_indexed", "configuration": {**config, "index_location": "end"}}

@@ -1,4 +1,5 @@
-"""The batch verbs conversions use: ``get_many``, ``set_many``, ``copy`` (memory, local)."""
+"""The batch verbs conversions use: ``get_many``, ``set_many`` (memory, local), and what
+``copy`` does on local files beyond the conformance suite's ``test_copy``."""
 
 from __future__ import annotations
 
@@ -34,24 +35,6 @@ async def test_get_many_and_set_many(store: Store) -> None:
     with pytest.raises(InvalidKeyError):
         await store.set_many([("ok", b"1"), ("../bad", b"2")])
     assert await store.get("ok") is None  # validated before anything is written
-
-
-async def test_copy(store: Store) -> None:
-    await store.set("s/a", b"source bytes")
-    await store.set("t/b", b"old")
-    assert await store.copy("s/a", "t/b") == len(b"source bytes")
-    assert await store.copy("s/a", "t/new/c") == len(b"source bytes")
-    assert await store.get("t/b") == b"source bytes" == await store.get("t/new/c")
-    await store.set("t/b", b"changed")  # the copy is independent of its source
-    await store.erase_values(["t/new/c"])
-    assert await store.get("s/a") == b"source bytes"
-    assert await store.copy("s/missing", "t/x") is None
-    assert await store.get("t/x") is None
-    assert await store.copy_many([("s/a", "m/1"), ("s/missing", "m/2")]) == [12, None]
-    assert await store.get("m/1") == b"source bytes" and await store.get("m/2") is None
-    assert store.stats.requests["copy"] == 5
-    with pytest.raises(ValueError, match="duplicate"):
-        await store.copy_many([("s/a", "m/1"), ("s/a", "m/1")])
 
 
 async def test_local_copy_is_a_link_and_leaves_no_temp_files(tmp_path: Path) -> None:

@@ -151,6 +151,8 @@ class WriteConformance(ConformanceBase):
         pairs = [(source, key("m/1")), (key("s/missing"), key("m/2")), (fresh, key("m/3"))]
         assert await store.copy_many(pairs) == [12, None, 12]
         assert [await store.get(t) for _, t in pairs] == [b"source bytes", None, b"source bytes"]
+        with pytest.raises(ValueError, match="duplicate"):
+            await store.copy_many([(source, key("m/1")), (fresh, key("m/1"))])
 
     async def test_erase_values_and_missing_keys(self, writable: Harness) -> None:
         store, key = writable.store, writable.key
