@@ -107,7 +107,7 @@ def decode_morton_codes(codes: npt.ArrayLike, shape: Sequence[int]) -> U64Array:
     grid = _shape(shape)
     plan = _plan(grid)
     arr = np.asarray(codes, dtype=np.uint64)
-    if len(plan) < 64 and arr.size and int(arr.max()) >> len(plan):
+    if len(plan) < 64 and arr.size and int(np.max(arr)) >> len(plan):
         raise ValueError(f"code exceeds the {len(plan)}-bit Morton code of grid {grid}")
     pos = np.zeros((*arr.shape, len(grid)), dtype=np.uint64)
     for j, (d, i) in enumerate(plan):

@@ -23,6 +23,7 @@ from zarr.abc.store import Store as ZarrABCStore
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from asyncshard.backends.registry import open_store
+from asyncshard.blocking import run_blocking
 from asyncshard.errors import ConflictError
 from asyncshard.store import Store, StoreStats
 from asyncshard.views.unsharded import UnshardedView
@@ -251,6 +252,32 @@ class ZarrStore(ZarrABCStore):
             raise NotImplementedError
         self._check_writable()
         await self.view.erase_prefix(_folder(prefix))
+
+    # -- zarr's synchronous store surface (zarr >= 3.4) ---------------------------------
+
+    #: zarr >= 3.4 switches its codec pipeline to synchronous per-chunk I/O on stores
+    #: that offer ``*_sync`` methods, unless this is false. asyncshard's I/O is async:
+    #: zarr's async path keeps a burst of chunk reads one batched ``get_partial_values``
+    #: (the request budgets), which one synchronous call per chunk would not.
+    _supports_sync_io = False
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """Synchronous :meth:`get`, from any thread."""
+        return run_blocking(self.get(key, prototype, byte_range))
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """Synchronous :meth:`set`, from any thread."""
+        run_blocking(self.set(key, value))
+
+    def delete_sync(self, key: str) -> None:
+        """Synchronous :meth:`delete`, from any thread."""
+        run_blocking(self.delete(key))
 
     # -- listing ------------------------------------------------------------------------
 

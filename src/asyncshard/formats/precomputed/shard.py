@@ -137,7 +137,7 @@ def _check_ends(rel_ends: U64Array, max_rel_end: int, what: str, key: str | None
     """Raise unless every relative end is at most ``max_rel_end`` (which may be negative)."""
     if rel_ends.size == 0:
         return
-    worst = int(rel_ends.max())
+    worst = int(np.max(rel_ends))
     if worst > max_rel_end:
         raise CorruptShardError(
             f"{what} byte range ends past the shard ({worst} > {max(max_rel_end, -1)} "

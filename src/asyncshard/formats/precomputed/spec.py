@@ -111,12 +111,13 @@ def as_uint64_array(values: npt.ArrayLike, what: str = "ids") -> U64Array:
 
 
 def _uint64_from_python(obj: npt.NDArray[np.object_], what: str) -> U64Array:
-    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in obj.flat):
+    # checked here, not left to numpy: numpy 1.x wraps negative Python ints into uint64
+    if not all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) and 0 <= v < 2**64
+        for v in obj.flat
+    ):
         raise ValueError(f"{what} must be integers in [0, 2**64)")
-    try:
-        return np.array(obj.tolist(), dtype=np.uint64)
-    except OverflowError as exc:
-        raise ValueError(f"{what} must be integers in [0, 2**64)") from exc
+    return np.array(obj.tolist(), dtype=np.uint64)
 
 
 def _check_u64(value: int, what: str) -> int:
