@@ -1,4 +1,4 @@
-"""Conditional writes and reads: S3 ETags on moto, GCS generations on the GCS fake."""
+"""Conditional writes and reads: S3 ETags on SeaweedFS, GCS generations on the GCS fake."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
 
 
-@pytest.fixture(params=["moto", "gcs"])
+@pytest.fixture(params=["s3", "gcs"])
 def store(request: pytest.FixtureRequest) -> Store:
-    if request.param == "moto":
+    if request.param == "s3":
         server: S3Server = request.getfixturevalue("s3_server")
         return s3_store_on(server, unique_prefix())
     fake: FakeGCS = request.getfixturevalue("gcs_fake")

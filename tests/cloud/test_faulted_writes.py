@@ -1,6 +1,6 @@
 """Conditional writes whose answer is lost: the store looks at the object and decides.
 
-The fault proxy sits between the store and moto or the GCS fake. ``lost`` forwards a
+The fault proxy sits between the store and SeaweedFS or the GCS fake. ``lost`` forwards a
 PUT and drops its answer (the write landed), ``reset`` drops the connection before the
 server sees it (it did not); a test reads the truth through a second store without the
 proxy. Before the fix every such failure surfaced as ``StoreConnectionError``.
@@ -31,11 +31,11 @@ class Setup:
     defaults: Store  # through the proxy, the default retry policy
 
 
-@pytest.fixture(params=["moto", "gcs"])
+@pytest.fixture(params=["s3", "gcs"])
 async def setup(request: pytest.FixtureRequest) -> AsyncIterator[Setup]:
     prefix = unique_prefix()
     options = {"max_retries": 2}
-    if request.param == "moto":
+    if request.param == "s3":
         server: S3Server = request.getfixturevalue("s3_server")
         proxy = FaultProxy(server.endpoint, seed=11).start()
         store = s3_store_on(server, prefix, endpoint=proxy.url, **options)
@@ -107,7 +107,7 @@ async def test_at_10_percent_faults_every_conditional_write_lands(setup: Setup) 
     """Faults on every kind of request (lost answers included); no write fails.
 
     With the default retry policy: with ``max_retries=2``, three failures in a row of one
-    HEAD (injected, or the odd 500 of moto itself under load) end a write, and did on a
+    HEAD (injected, or the odd 500 of the server itself under load) end a write, and did on a
     loaded machine.
     """
     setup.proxy.fault_rate, setup.proxy.kinds = 0.1, ALL_FAULT_KINDS

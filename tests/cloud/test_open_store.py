@@ -301,7 +301,8 @@ async def test_missing_objects_and_buckets(s3_server: S3Server) -> None:
 async def test_external_endpoint_variable_points_the_suite_elsewhere(
     s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ASYNCSHARD_TEST_S3_ENDPOINT (MinIO in compose.yaml) replaces moto; try it on moto."""
+    """ASYNCSHARD_TEST_S3_ENDPOINT (MinIO in compose.yaml) replaces SeaweedFS; try it on
+    SeaweedFS itself."""
     monkeypatch.setenv(ENDPOINT_VAR, s3_server.endpoint)
     monkeypatch.setenv("ASYNCSHARD_TEST_S3_BUCKET", "made-by-the-env-var")
     monkeypatch.setenv("ASYNCSHARD_TEST_S3_ACCESS_KEY", s3_server.access_key)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers.fixtures import (  # noqa: F401 - s3_server: the session S3 server (moto)
+from tests.servers.fixtures import (  # noqa: F401 - s3_server: the session S3 server (SeaweedFS)
     local_dask_client,
     s3_server,
 )

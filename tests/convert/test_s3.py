@@ -1,4 +1,4 @@
-"""Zarr conversions on S3 (moto, or the endpoint named by ASYNCSHARD_TEST_S3_ENDPOINT)."""
+"""Zarr conversions on S3 (SeaweedFS, or the endpoint named by ASYNCSHARD_TEST_S3_ENDPOINT)."""
 
 from __future__ import annotations
 

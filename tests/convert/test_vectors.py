@@ -185,7 +185,7 @@ def zarr_store_on(server: S3Server, prefix: str) -> Any:
 
 
 async def test_polylines_on_s3(written: dict[str, Any], s3_server: S3Server) -> None:
-    """The streamlines store on S3 (moto): shard, reshard, unshard by URL; zarr-vectors
+    """The streamlines store on S3 (SeaweedFS): shard, reshard, unshard by URL; zarr-vectors
     reads the same from S3 after every step; the objects end as zarr-vectors wrote them."""
     source, expected = written["polylines"]
     original = snapshot(source, skip=())

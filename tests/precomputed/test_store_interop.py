@@ -1,4 +1,4 @@
-"""Store-level interop with tensorstore, both ways, on local files and on S3 (moto).
+"""Store-level interop with tensorstore, both ways, on local files and on S3 (SeaweedFS).
 
 * Volumes written by tensorstore's ``neuroglancer_precomputed`` driver (sharded: identity
   and murmurhash3, preshift bits, raw and gzip for both encodings, clipped edge chunks)
@@ -36,7 +36,7 @@ from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
 
-s3_server = server_fixtures.s3_server  # the shared session S3 server (moto, or MinIO)
+s3_server = server_fixtures.s3_server  # the shared session S3 server (SeaweedFS, or MinIO)
 
 CASES = [
     pytest.param("identity", 0, "raw", "raw", id="identity-raw"),

@@ -1,4 +1,4 @@
-"""Serving a private S3 bucket (moto, or MinIO via ASYNCSHARD_TEST_S3_ENDPOINT) to browsers."""
+"""Serving a private S3 bucket (SeaweedFS, or MinIO via ASYNCSHARD_TEST_S3_ENDPOINT) to browsers."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ from asyncshard.testing import Harness
 from tests.servers.gcs_fake import FakeGCS, service_account_key
 from tests.servers.http_static import StaticServer
 from tests.servers.proxy import FaultProxy
-from tests.servers.s3 import S3Server, external_s3, start_moto, start_rclone
+from tests.servers.s3 import S3Server, external_s3, start_rclone
+from tests.servers.seaweedfs import start_seaweedfs
 from tests.servers.webdav import WebDAVServer, start_webdav
 
 T = TypeVar("T")
@@ -105,8 +106,9 @@ def unique_prefix() -> str:
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """moto, or the external endpoint named by ``ASYNCSHARD_TEST_S3_ENDPOINT`` (MinIO)."""
-    with SHARED.use("s3", lambda: external_s3() or start_moto(), S3Server.stop) as server:
+    """The suite's S3 server: SeaweedFS, a real S3 implementation, or the external endpoint
+    named by ``ASYNCSHARD_TEST_S3_ENDPOINT`` (MinIO, AWS, ...)."""
+    with SHARED.use("s3", lambda: external_s3() or start_seaweedfs(), S3Server.stop) as server:
         yield server
 
 

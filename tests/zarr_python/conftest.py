@@ -24,7 +24,7 @@ async def s3_place(
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """A fresh ``s3://`` URL on the test server and the options to open it.
 
-    Emptied afterwards on an external server (MinIO); moto forgets everything anyway.
+    Emptied afterwards on an external server (MinIO); a fresh SeaweedFS forgets everything anyway.
     """
     url = f"s3://{s3_server.bucket}/{unique_prefix()}"
     options = s3_server.options()

@@ -1,4 +1,4 @@
-"""zarr-python arrays through ZarrStore, on local files and S3 (moto), and what they cost.
+"""zarr-python arrays through ZarrStore, on local files and S3 (SeaweedFS), and what they cost.
 
 Pass-through mode leaves sharding to zarr-python's codec, which has no index cache: an
 inner chunk costs 2 requests (index suffix, chunk range) every time, cold or warm, and

@@ -1,6 +1,6 @@
 """zarr-python's own store conformance suite (``zarr.testing.store.StoreTests``) run
 against ZarrStore in both modes (pass-through and inner-chunks) on memory, local files
-and S3 (moto).
+and S3 (SeaweedFS).
 
 Deviations, each justified where it is made:
 

