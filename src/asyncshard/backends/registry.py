@@ -24,8 +24,15 @@ def supported_schemes() -> list[str]:
     return sorted(_OPENERS)
 
 
-def open_store(url: str, **options: Any) -> Store:
-    """Open the store a URL names; a plain path is a local folder."""
+def open_store(url: Any, **options: Any) -> Store:
+    """Open the store a URL names; a plain path is a local folder; an obspec client
+    (``get_async``, ``head_async``, ...) becomes a Store over it (``from_obspec``)."""
+    if not isinstance(url, str):
+        from asyncshard.obspec import from_obspec, is_obspec_client
+
+        if is_obspec_client(url):
+            return from_obspec(url, **options)
+        raise TypeError(f"open_store takes a URL, a path or an obspec client, not {url!r}")
     scheme, sep, _ = url.partition("://")
     if not sep:
         return _open_local(url, options)
