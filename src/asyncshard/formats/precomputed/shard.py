@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Mapping
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -121,7 +121,7 @@ def decode_shard_index(
     nbytes = shard_index_nbytes(spec)
     if len(buf) != nbytes:
         raise CorruptShardError(f"shard index has {len(buf)} bytes, expected {nbytes}", key=key)
-    index = np.frombuffer(buf, dtype=_LE_U64).astype(np.uint64).reshape(-1, 2)
+    index: U64Array = np.frombuffer(buf, dtype=_LE_U64).astype(np.uint64).reshape(-1, 2)
     bad = index[:, 0] > index[:, 1]
     if bool(bad.any()):
         minishard = int(np.argmax(bad))
@@ -130,7 +130,7 @@ def decode_shard_index(
         )
     limit = _MAX_U64 if shard_size is None else shard_size
     _check_ends(index[:, 1], limit - nbytes, "minishard index", key)
-    return cast(U64Array, index)
+    return index
 
 
 def _check_ends(rel_ends: U64Array, max_rel_end: int, what: str, key: str | None) -> None:

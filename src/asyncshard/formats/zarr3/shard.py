@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import crc32c
 import numpy as np
@@ -179,7 +179,7 @@ def chunk_slices(index: IndexArray) -> Iterator[tuple[tuple[int, ...], int, int]
         yield tuple(pos), off, size
 
 
-def _checked_index_array(index: npt.ArrayLike, layout: IndexLayout) -> npt.NDArray[np.integer]:
+def _checked_index_array(index: npt.ArrayLike, layout: IndexLayout) -> npt.NDArray[np.integer[Any]]:
     arr = np.asarray(index)
     if arr.shape not in ((*layout.chunks_per_shard, 2), (layout.n_chunks, 2)):
         raise ValueError(
