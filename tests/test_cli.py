@@ -69,3 +69,38 @@ def test_cloud_configuration_errors_are_one_line(url: str, message: str) -> None
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert "StoreConfigError" in lines[0] and message in lines[0]
+
+
+@pytest.mark.parametrize("url", ["s3:/bucket/x", "s3:bucket", "gs:/bucket", "https:/host/x"])
+def test_a_url_with_a_missing_slash_fails_and_shows_the_fix(url: str) -> None:
+    scheme, _, rest = url.partition(":")
+    code, out, err = run("ls", url)
+    assert code == 1 and out == b""
+    assert f"write {scheme}://{rest.lstrip('/')}" in err and len(err.splitlines()) == 1
+
+
+def test_a_reader_closing_the_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``asyncshard ls -r URL | head -1``: no traceback, no error line."""
+    import subprocess
+    import sys
+
+    for i in range(5000):
+        (tmp_path / f"key-{i:05d}").write_bytes(b"")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from asyncshard.cli import main; main()",
+            "ls",
+            "-r",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"key-00000\n"
+    proc.stdout.close()  # what head does after its line
+    err = proc.stderr.read()
+    assert proc.wait(60) == 1
+    assert err == b""

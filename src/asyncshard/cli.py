@@ -26,6 +26,8 @@ def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return asyncio.run(func(*args, **kwargs))
+        except BrokenPipeError:
+            raise  # the reader went away (``ls | head``): click ends quietly, status 1
         except (AsyncShardError, OSError) as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 

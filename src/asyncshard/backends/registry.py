@@ -35,6 +35,7 @@ def open_store(url: Any, **options: Any) -> Store:
         raise TypeError(f"open_store takes a URL, a path or an obspec client, not {url!r}")
     scheme, sep, _ = url.partition("://")
     if not sep:
+        _refuse_malformed_scheme(url)
         return _open_local(url, options)
     opener = _OPENERS.get(scheme.lower())
     if opener is None:
@@ -44,6 +45,16 @@ def open_store(url: Any, **options: Any) -> Store:
             + " and plain paths"
         )
     return opener(url, options)
+
+
+def _refuse_malformed_scheme(url: str) -> None:
+    """``s3:/bucket`` or ``s3:bucket`` is a mistyped URL, not a local path named so."""
+    scheme, colon, rest = url.partition(":")
+    if colon and scheme.lower() in _OPENERS:
+        raise UnknownSchemeError(
+            f"{url!r} is not a URL: write {scheme}://{rest.lstrip('/')} "
+            f"(a local path with a colon: ./{url})"
+        )
 
 
 def _open_local(path: str, options: dict[str, Any]) -> Store:
