@@ -5,6 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from asyncshard.backends import LocalStore, MemoryStore, open_store
 from asyncshard.errors import (
     AsyncShardError,
+    BucketNotFoundError,
     ChecksumError,
     ConflictError,
     CorruptShardError,
@@ -39,6 +40,7 @@ except PackageNotFoundError:  # running from a source tree
 
 __all__ = [
     "AsyncShardError",
+    "BucketNotFoundError",
     "ByteRange",
     "ChecksumError",
     "ConflictError",

@@ -96,3 +96,7 @@ class StoreConfigError(AsyncShardError, ValueError):
     Raised when the store is opened, before any request: a malformed URL, a missing or
     invalid bucket, container or host, unknown options or values of the wrong kind.
     """
+
+
+class BucketNotFoundError(StoreConfigError):
+    """The bucket or container a store names does not exist (not a missing key)."""

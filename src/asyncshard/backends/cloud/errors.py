@@ -24,6 +24,7 @@ from obstore import exceptions as obs_errors
 
 from asyncshard.errors import (
     AsyncShardError,
+    BucketNotFoundError,
     ConflictError,
     StoreBackendError,
     StoreConnectionError,
@@ -39,6 +40,7 @@ class Failure(enum.Enum):
     """The few cases asyncshard tells apart."""
 
     MISSING = "missing"
+    NO_BUCKET = "no-bucket"  # the bucket or container itself does not exist
     CONFLICT = "conflict"
     PERMISSION = "permission"
     FORBIDDEN = "forbidden"  # a 403 in particular (reads as missing on HTTP stores)
@@ -91,8 +93,16 @@ _BY_STATUS = {
 }
 
 
+#: Error codes servers put in the body of a 404 for a missing bucket or container (S3 and
+#: GCS's XML API, Azure). A HEAD has no body: a HEAD of a key in a missing bucket reads
+#: as a missing key.
+_NO_BUCKET_CODES = ("<Code>NoSuchBucket</Code>", "ContainerNotFound")
+
+
 def classify(exc: BaseException) -> Failure:
     """Sort an obstore failure: by its type where obstore gives one, else :func:`_untyped`."""
+    if any(code in str(exc) for code in _NO_BUCKET_CODES):
+        return Failure.NO_BUCKET
     for types, failure in _TYPED:
         if isinstance(exc, types):
             return failure
@@ -133,12 +143,19 @@ def first_line(exc: BaseException) -> str:
 
 
 def to_asyncshard(
-    exc: BaseException, failure: Failure, *, where: str, action: str, key: str | None, denied: str
+    exc: BaseException,
+    failure: Failure,
+    *,
+    where: str,
+    action: str,
+    key: str | None,
+    denied: str,
+    container: str = "bucket",
 ) -> AsyncShardError:
     """The asyncshard error for an obstore failure already sorted into ``failure``.
 
     ``where`` names the object, ``action`` what was tried, ``denied`` what a permission
-    error should add (bucket and credential source).
+    error should add (bucket and credential source), ``container`` the bucket by name.
     """
     detail = first_line(exc)
     if failure is Failure.CONFLICT:
@@ -147,6 +164,8 @@ def to_asyncshard(
         return StorePermissionError(f"{where}: access denied on {action} ({denied}): {detail}")
     if failure in (Failure.CONNECTION, Failure.UNSATISFIABLE, Failure.NOT_PARTIAL):
         return StoreConnectionError(f"{where}: {action} failed: {detail}")
+    if failure is Failure.NO_BUCKET:
+        return BucketNotFoundError(f"{where}: {container} does not exist")
     if failure is Failure.MISSING:
         return StoreBackendError(f"{where}: not found on {action}: {detail}")
     if failure is Failure.UNSUPPORTED:

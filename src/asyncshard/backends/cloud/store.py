@@ -191,7 +191,13 @@ class CloudStore(Store):
         what = _config.container_word(self.kind)
         denied = f"{what} {self.bucket!r}, credentials from {self.credential_source}"
         return to_asyncshard(
-            exc, failure, where=self._where(key), action=action, key=key, denied=denied
+            exc,
+            failure,
+            where=self._where(key),
+            action=action,
+            key=key,
+            denied=denied,
+            container=f"{what} {self.bucket!r}",
         )
 
     def _check_writable(self) -> None:
