@@ -100,3 +100,11 @@ class StoreConfigError(AsyncShardError, ValueError):
 
 class BucketNotFoundError(StoreConfigError):
     """The bucket or container a store names does not exist (not a missing key)."""
+
+
+class NothingToConvertError(ConversionError):
+    """A conversion found no array at all where it was pointed."""
+
+
+class ShardShapeError(ConversionError, ValueError):
+    """A shard shape does not fit an array (dimensions, or not positive)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner, Result
 
 from asyncshard.convert.command import commands, reshard, shard, unshard
@@ -54,11 +55,25 @@ def test_usage_errors(tmp_path: Path) -> None:
     result = invoke(shard, str(tmp_path), "2,x")
     assert result.exit_code == 2 and "chunks per shard" in result.output
     assert invoke(shard, str(tmp_path), "0").exit_code == 2
-    result = invoke(shard, str(tmp_path), "2,2,2")
-    assert result.exit_code == 0 and "the array 2" in result.stdout  # skipped, with why
+    result = invoke(shard, str(tmp_path), "2,2,2")  # a 3-d SHAPE for a 2-d array
+    assert result.exit_code == 1 and "ShardShapeError" in result.output
+    assert "array 'a'" in result.output and "the array 2" in result.output
     result = invoke(shard, "nope://x", "2")
     assert result.exit_code == 1 and "UnknownSchemeError" in result.output
     assert [c.name for c in commands()] == ["shard", "unshard", "reshard"]
+
+
+@pytest.mark.parametrize("command", ["shard", "unshard", "reshard"])
+def test_a_location_without_arrays_fails(tmp_path: Path, command: str) -> None:
+    """Nothing to convert is an error (exit 1), unlike arrays already in the layout."""
+    (tmp_path / "notes.txt").write_text("no array here")
+    args = {"shard": ["2"], "unshard": [], "reshard": ["2"]}[command]
+    by_name = {c.name: c for c in commands()}
+    result = invoke(by_name[command], str(tmp_path), *args)
+    assert result.exit_code == 1 and "NothingToConvertError" in result.output
+    assert str(tmp_path) in result.output
+    make_array(tmp_path / "a", (10, 10), (5, 5))
+    assert invoke(unshard, str(tmp_path)).exit_code == 0  # flat already: nothing to do
 
 
 def test_precomputed_is_detected(tmp_path: Path) -> None:

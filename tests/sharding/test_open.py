@@ -65,3 +65,20 @@ async def test_store_options_reach_the_sharded_store() -> None:
     await inner.set("arr/zarr.json", json.dumps(array_doc([8], [4], [2])).encode())
     store = await open_sharded(inner, "arr", recheck_after=0)
     assert store.recheck_after == 0
+
+
+async def test_a_group_is_named_with_its_arrays() -> None:
+    inner = MemoryStore()
+    group = json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}).encode()
+    await inner.set("scan/zarr.json", group)
+    await inner.set("scan/labels/zarr.json", group)
+    for path in ("scan/0", "scan/1", "scan/labels/cells"):
+        await inner.set(f"{path}/zarr.json", json.dumps(array_doc([8], [4], [2])).encode())
+    message = (
+        "a Zarr group, not an array; open one of its arrays: scan/0, scan/1, scan/labels/cells"
+    )
+    with pytest.raises(InvalidMetadataError, match=message):
+        await open_sharded(inner, "scan")
+    await inner.set("empty/zarr.json", group)
+    with pytest.raises(InvalidMetadataError, match=r"\(it has none\)"):
+        await open_sharded(inner, "empty")

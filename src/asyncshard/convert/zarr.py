@@ -85,7 +85,7 @@ from asyncshard.convert.runner import PassSpec, Task
 from asyncshard.convert.session import blocking, opened, write_json
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.vectors import Role, VectorRoles
-from asyncshard.errors import InvalidMetadataError
+from asyncshard.errors import InvalidMetadataError, NothingToConvertError, ShardShapeError
 from asyncshard.formats.zarr3.metadata import Coords, Separator
 from asyncshard.sharding.common import read_json_versioned
 from asyncshard.store import Store
@@ -282,9 +282,13 @@ async def _load(
     if node.doc.get("node_type") != "array" or node.doc.get("zarr_format") != 3:
         return ArrayReport(path, "skipped", reason="not a Zarr v3 array")
     try:
-        normalize_shard_shape(request.shard_shape, node.layout().ndim)
-    except (InvalidMetadataError, ValueError) as exc:
+        ndim = node.layout().ndim
+    except InvalidMetadataError as exc:
         return ArrayReport(path, "skipped", reason=str(exc))
+    try:
+        normalize_shard_shape(request.shard_shape, ndim)
+    except ValueError as exc:
+        raise ShardShapeError(f"array {path or '/'!r}: {exc}") from None
     return node
 
 
@@ -324,6 +328,9 @@ async def convert_store(
 
     async def nodes(store: Store) -> AsyncIterator[ZarrArray | ArrayReport]:
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
+        if not paths:
+            where = store.url or repr(store)
+            raise NothingToConvertError(f"no Zarr v3 array and no precomputed info at {where}")
         roles = VectorRoles(store)
         for path in paths:
             chosen = _for_vectors(request, options, await roles.role(path), arrays is None)

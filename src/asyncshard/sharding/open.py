@@ -36,7 +36,14 @@ async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any
     inner = open_store(url_or_store, **options) if isinstance(url_or_store, str) else url_or_store
     path = path.strip("/")
     base = f"{path}/" if path else ""
-    if await inner.exists(base + "zarr.json") or await _has_draft(inner, path):
+    doc = await read_json(inner, base + "zarr.json")
+    if doc is not None and doc.get("node_type") == "group":
+        arrays = await _arrays_below(inner, base)
+        raise InvalidMetadataError(
+            f"{base}zarr.json: a Zarr group, not an array; open one of its arrays: "
+            + (", ".join(arrays) or "(it has none)")
+        )
+    if doc is not None or await _has_draft(inner, path):
         return await ZarrShardedStore.open(inner, path, **adapter)
     adapter.pop("write_order", None)
     info = await read_json(inner, base + "info")
@@ -65,6 +72,23 @@ async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any
     raise InvalidMetadataError(
         f"no sharded dataset at {path or '/'!r}: no zarr.json, draft metadata or info"
     )
+
+
+async def _arrays_below(inner: Store, base: str, limit: int = 20) -> list[str]:
+    """Paths of the Zarr arrays in the group at ``base`` (breadth first, at most ``limit``)."""
+    found: list[str] = []
+    folders = [base]
+    while folders and len(found) < limit:
+        _, children = await inner.list_dir(folders.pop(0))
+        for child in children:
+            doc = await read_json(inner, child + "zarr.json")
+            if doc is None:
+                continue
+            if doc.get("node_type") == "array":
+                found.append(child.rstrip("/"))
+            elif doc.get("node_type") == "group":
+                folders.append(child)
+    return sorted(found[:limit])
 
 
 async def _has_draft(inner: Store, path: str) -> bool:
