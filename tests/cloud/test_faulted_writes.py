@@ -37,13 +37,13 @@ async def setup(request: pytest.FixtureRequest) -> AsyncIterator[Setup]:
     options = {"max_retries": 2}
     if request.param == "s3":
         server: S3Server = request.getfixturevalue("s3_server")
-        proxy = FaultProxy(server.endpoint, seed=11).start()
+        proxy = FaultProxy(server.endpoint, seed=11, ignore_in_path=prefix).start()
         store = s3_store_on(server, prefix, endpoint=proxy.url, **options)
         direct = s3_store_on(server, prefix)
         defaults = s3_store_on(server, prefix, endpoint=proxy.url)
     else:
         fake: FakeGCS = request.getfixturevalue("gcs_fake")
-        proxy = FaultProxy(fake.url, seed=11).start()
+        proxy = FaultProxy(fake.url, seed=11, ignore_in_path=prefix).start()
         store = open_store(
             f"gs://{TEST_BUCKET}/{prefix}",
             service_account_key=service_account_key(proxy.url),

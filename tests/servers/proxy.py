@@ -9,7 +9,8 @@ SigV4 signatures made for the proxy's address stay valid upstream) and can
   connection instead of answering (the server acted, the client cannot know);
   which request gets which fault is a pure function of ``seed``, the request line, its
   ``Range`` header and how many times that same request was seen before, so a run is
-  reproducible however concurrent requests interleave;
+  reproducible however concurrent requests interleave (``ignore_in_path``, e.g. a test's
+  random prefix, is left out of the request line, so that it is reproducible across runs);
 * rewrite ``200`` answers that carry ``Content-Range`` to ``206`` (``fix_ranged_200``),
   the explicit workaround for ``rclone serve s3`` (see docs/cloud.md);
 * add latency and cap bandwidth per response, to model a remote link on loopback;
@@ -77,6 +78,7 @@ class FaultProxy:
     seed: int = 0
     kinds: tuple[str, ...] = FAULT_KINDS
     methods: tuple[str, ...] | None = None  # inject faults only into these methods
+    ignore_in_path: str = ""  # left out of the request line that picks a fault
     fix_ranged_200: bool = False
     latency: float = 0.0
     bandwidth: float | None = None  # bytes per second per response
@@ -134,7 +136,12 @@ class FaultProxy:
         return app
 
     def _pick_fault(self, request: web.Request) -> str | None:
-        key = f"{request.method} {request.raw_path} {request.headers.get('Range')}"
+        path = (
+            request.raw_path.replace(self.ignore_in_path, "")
+            if self.ignore_in_path
+            else (request.raw_path)
+        )
+        key = f"{request.method} {path} {request.headers.get('Range')}"
         with self._lock:
             n = self._seen[key]
             self._seen[key] += 1
