@@ -97,8 +97,40 @@ _MISSING_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
 _CREATE_ATTEMPTS = 8
 
 
-def _meta(key: str, st: os.stat_result) -> ObjectMeta:
-    version = f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+#: Extended attribute holding an object's version token (random, written with the object).
+VERSION_XATTR = "user.asyncshard.version"
+#: errnos of ``getxattr`` meaning "no token here": none set, or no xattrs on this file system.
+_NO_TOKEN_ERRNOS = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM})
+
+
+def _new_token() -> str:
+    """A fresh version token: 128 random bits, never reused for another write."""
+    return os.urandom(16).hex()
+
+
+def _set_token(fd: int, token: str) -> bool:
+    """Store ``token`` on the open file; ``False`` where the file system has no user xattrs."""
+    try:
+        os.setxattr(fd, VERSION_XATTR, token.encode())
+    except OSError as exc:
+        if exc.errno in _NO_TOKEN_ERRNOS:
+            return False
+        raise
+    return True
+
+
+def _token(target: int | str) -> str | None:
+    """The version token of an open file or a (not followed) path, if it has one."""
+    try:
+        if isinstance(target, int):
+            return os.getxattr(target, VERSION_XATTR).decode("ascii")
+        return os.getxattr(target, VERSION_XATTR, follow_symlinks=False).decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _meta(key: str, st: os.stat_result, token: str | None = None) -> ObjectMeta:
+    version = f"t{token}" if token else f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
     return ObjectMeta(key, st.st_size, version, modified)
 
@@ -167,10 +199,24 @@ def _range_of(
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return None
-    meta = _meta(key, st)
+    meta = _meta(key, st, _token(fd))
     check_condition(key, meta, if_match, False)
     start, end = resolve(byte_range, meta.size)
     return meta, start, end
+
+
+def _mtime_ns(meta: ObjectMeta) -> int:
+    """The ``mtime_ns`` inside a token-less version ``inode-mtime-size``."""
+    return int((meta.version or "0-0-0").split("-")[1], 16)
+
+
+@contextmanager
+def _opened(path: str) -> Iterator[int]:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _open_no_follow(path: str, flags: int) -> int:
@@ -405,7 +451,7 @@ class LocalStore(Store):
             raise
         if folder_error and stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        return _meta(key, st) if stat.S_ISREG(st.st_mode) else None
+        return _meta(key, st, _token(path)) if stat.S_ISREG(st.st_mode) else None
 
     def _stat(self, key: str) -> ObjectMeta | None:
         path = self._resolve(key)
@@ -462,13 +508,36 @@ class LocalStore(Store):
             f"{self!r}: cannot create a file in {folder}: concurrent deletes keep removing it"
         )
 
-    def _write_data(self, fd: int, data: BytesLike) -> os.stat_result:
+    def _write_data(self, fd: int, data: BytesLike) -> tuple[os.stat_result, str | None]:
+        """Write ``data`` and a fresh version token to the temp file: ``(stat, token)``,
+        the token ``None`` where the file system keeps no user xattrs."""
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            token = _new_token()
+            if not _set_token(f.fileno(), token):
+                token = None
             if self.durable:
                 os.fsync(f.fileno())
-            return os.fstat(f.fileno())
+            return os.fstat(f.fileno()), token
+
+    @staticmethod
+    def _newer_than(fd: int, st: os.stat_result, current: ObjectMeta | None) -> os.stat_result:
+        """Without tokens, give the temp file an mtime later than the object it replaces
+        (the lock is held), so ``inode-mtime-size`` versions of a key only grow even where
+        timestamps are coarse and inodes are reused."""
+        if current is None or not current.version or current.version.startswith("t"):
+            return st
+        previous = _mtime_ns(current)
+        if st.st_mtime_ns > previous:
+            return st
+        for step in (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000):
+            want = previous + step
+            os.utime(fd, ns=(st.st_atime_ns, want))
+            st = os.fstat(fd)
+            if st.st_mtime_ns > previous:
+                return st
+        raise OSError(errno.EIO, "cannot advance the modification time")
 
     def _write(self, key: str, data: BytesLike, if_match: str | None, if_absent: bool) -> str:
         path = self._resolve(key)
@@ -477,13 +546,16 @@ class LocalStore(Store):
         tmp: str | None = None
         try:
             fd, tmp = self._create_temp(folder, created)
-            st = self._write_data(fd, data)
+            st, token = self._write_data(fd, data)
             # Unconditional writes take the lock too: delete_if_match checks and unlinks
             # under it, and must not unlink a file renamed in between.
             with self._locked(folder):
-                if if_match is not None or if_absent:
+                if if_match is not None or if_absent or token is None:
                     current = self._meta_at(path, key, folder_error=True)
                     check_condition(key, current, if_match, if_absent)
+                    if token is None:
+                        with _opened(tmp) as tfd:
+                            st = self._newer_than(tfd, st, current)
                 os.replace(tmp, path)
             tmp = None
             self._sweep_if_due(folder)
@@ -496,7 +568,7 @@ class LocalStore(Store):
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
                 raise self._write_error(exc, key, path) from exc
             raise
-        return _meta(key, st).version or ""
+        return _meta(key, st, token).version or ""
 
     async def _put(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
@@ -633,9 +705,12 @@ class LocalStore(Store):
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
+                    token: str | None = _new_token()
+                    if not _set_token(f.fileno(), token or ""):
+                        token = None
                     if self.durable and not group_sync:
                         os.fsync(f.fileno())
-                    versions.append(_meta(key, os.fstat(f.fileno())).version)
+                    versions.append(_meta(key, os.fstat(f.fileno()), token).version)
             if group_sync and staged:
                 _sync_file_system(os.path.dirname(staged[0][2]))
             for renamed in range(len(staged)):
