@@ -106,12 +106,14 @@ async def test_versions_without_xattrs_never_repeat(
     assert all(not v.startswith("t") for v in versions)
 
 
-WRITERS, CHUNKS, WRITES = 4, 8, 60
+WRITERS, CHUNKS, WRITES = 4, 8, 100
 
 
-def _writer(root: str, writer: int) -> None:
+def _writer(root: str, writer: int, gate: str) -> None:
     async def run() -> None:
         store = await ZarrShardedStore.open(LocalStore(root), "arr", cache=IndexCache())
+        while not os.path.exists(gate):  # start together, so that the writes overlap
+            await asyncio.sleep(0.001)
         for seq in range(1, WRITES + 1):
             for chunk in range(writer, CHUNKS, WRITERS):
                 await store.set(f"arr/c/{chunk}", f"{chunk}:{seq:04d}".encode())
@@ -124,9 +126,12 @@ async def test_processes_writing_one_shard_lose_nothing(ext2: Path) -> None:
     inner = LocalStore(root)
     await inner.set("arr/zarr.json", json.dumps(array_doc([CHUNKS], [CHUNKS], [1])).encode())
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(root), w)) for w in range(WRITERS)]
+    gate = ext2 / "go"
+    procs = [ctx.Process(target=_writer, args=(str(root), w, str(gate))) for w in range(WRITERS)]
     for proc in procs:
         proc.start()
+    await asyncio.sleep(2.0)  # every writer has imported and opened its store
+    gate.touch()
     for proc in procs:
         proc.join(timeout=300)
         assert proc.exitcode == 0

@@ -12,8 +12,12 @@
   object; a batch of writes is made durable by one ``syncfs`` of the file system before
   its renames instead of one ``fsync`` per file (group commit: the same guarantee,
   data on disk before any object points at it).
-* Versions are ``inode-mtime_ns-size`` in hex; every write makes a new file, so a new
-  version. Conditional writes compare the version under an exclusive ``flock`` on the
+* Versions never repeat: every write stores a random token in the temp file's
+  ``user.asyncshard.version`` xattr before its rename, and the version is ``t<token>``.
+  Where the file system has no user xattrs the version is ``inode-mtime_ns-size`` in hex,
+  and each write (under the folder lock) makes its mtime later than the replaced
+  object's, so a reused inode with an unticked coarse clock cannot repeat a version.
+  Conditional writes compare the version under an exclusive ``flock`` on the
   destination folder, which also excludes other processes using asyncshard; every
   rename into place and every conditional delete happens under that lock, so a
   conditional delete never removes a file written after its check.
