@@ -518,8 +518,8 @@ class LocalStore(Store):
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            token = _new_token()
-            if not _set_token(f.fileno(), token):
+            token: str | None = _new_token()
+            if not _set_token(f.fileno(), token or ""):
                 token = None
             if self.durable:
                 os.fsync(f.fileno())
