@@ -307,10 +307,30 @@ class LocalStore(Store):
     def _resolve(self, key: str) -> str:
         """The real path of ``key``; refuses any path that resolves outside the root."""
         root = self._real_root()
-        real = os.path.realpath(os.path.join(root, key))
+        try:
+            real = os.path.realpath(os.path.join(root, key))
+        except OSError as exc:  # a link changed while it was being resolved
+            raise self._error(exc, key, "resolve", os.path.join(root, key)) from exc
         if not _within(real, root):
             raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
         return real
+
+    def _check_opened(self, fd: int, key: str, *, close: bool = True) -> None:
+        """Refuse a file or folder opened outside the root (closing ``fd`` unless ``close``
+        is false). The check is on the open descriptor (``/proc/self/fd``), so a path
+        swapped after it was resolved cannot lead outside."""
+        if not _PROC_FD:
+            return
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            if close:
+                os.close(fd)
+            raise self._error(exc, key, "open", key) from exc
+        if not _within(real, self._real_root()):
+            if close:
+                os.close(fd)
+            raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
 
     def _file_in_the_way(self, key: str) -> str | None:
         """The key prefix of ``key`` that exists as a file, if any (for error messages)."""
@@ -385,6 +405,7 @@ class LocalStore(Store):
                 if _is_missing(exc):
                     return None
                 raise self._error(exc, key, "read", path) from exc
+            self._check_opened(fd, key)
         try:
             found = _range_of(fd, key, byte_range, if_match)
             if found is None:
@@ -460,9 +481,19 @@ class LocalStore(Store):
     def _stat(self, key: str) -> ObjectMeta | None:
         path = self._resolve(key)
         try:
-            return self._meta_at(path, key)
+            fd = _open_no_follow(path, os.O_RDONLY)
+        except OSError as exc:
+            if _is_missing(exc):
+                return None
+            raise self._error(exc, key, "head", path) from exc
+        self._check_opened(fd, key)
+        try:
+            st = os.fstat(fd)
+            return _meta(key, st, _token(fd)) if stat.S_ISREG(st.st_mode) else None
         except OSError as exc:
             raise self._error(exc, key, "head", path) from exc
+        finally:
+            os.close(fd)
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._stat, key)
@@ -470,11 +501,12 @@ class LocalStore(Store):
     # -- writes -------------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self, folder: str) -> Iterator[None]:
+    def _locked(self, folder: str) -> Iterator[int]:
+        """Hold the exclusive ``flock`` of ``folder``; yields its open descriptor."""
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            yield fd
         finally:
             os.close(fd)
 
@@ -550,17 +582,20 @@ class LocalStore(Store):
         tmp: str | None = None
         try:
             fd, tmp = self._create_temp(folder, created)
+            self._check_opened(fd, key)  # a folder swapped for a link to outside
             st, token = self._write_data(fd, data)
             # Unconditional writes take the lock too: delete_if_match checks and unlinks
             # under it, and must not unlink a file renamed in between.
-            with self._locked(folder):
+            with self._locked(folder) as dfd:
+                self._check_opened(dfd, key, close=False)
+                name, tmp_name = os.path.basename(path), os.path.basename(tmp)
                 if if_match is not None or if_absent or token is None:
                     current = self._meta_at(path, key, folder_error=True)
                     check_condition(key, current, if_match, if_absent)
                     if token is None:
                         with _opened(tmp) as tfd:
                             st = self._newer_than(tfd, st, current)
-                os.replace(tmp, path)
+                os.replace(tmp_name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
             tmp = None
             self._sweep_if_due(folder)
         except BaseException as exc:
