@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import multiprocessing
 import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,16 +49,22 @@ def swapped(tmp_path: Path) -> tuple[Path, Path]:
     return root, outside
 
 
-async def test_swapped_folder_never_leaks_outside_bytes(swapped: tuple[Path, Path]) -> None:
+def _swapper(root: Path, stop: Any) -> None:
+    while not stop.is_set():
+        _exchange(root / "dir", root / "swap")
+
+
+@pytest.mark.parametrize("swapper", ["thread", "process"])
+async def test_swapped_folder_never_leaks_outside_bytes(
+    swapped: tuple[Path, Path], swapper: str
+) -> None:
     root, _ = swapped
     store = LocalStore(root)
-    stop = threading.Event()
-
-    def swapper() -> None:
-        while not stop.is_set():
-            _exchange(root / "dir", root / "swap")
-
-    thread = threading.Thread(target=swapper)
+    ctx = multiprocessing.get_context("fork")
+    stop: Any = threading.Event() if swapper == "thread" else ctx.Event()
+    thread: Any = (threading.Thread if swapper == "thread" else ctx.Process)(
+        target=_swapper, args=(root, stop)
+    )
     thread.start()
     leaked, raw, reads = 0, [], 0
     deadline = time.monotonic() + 3.0
