@@ -742,6 +742,7 @@ class LocalStore(Store):
                 created: list[str] = []
                 fd, tmp = self._create_temp(os.path.dirname(path), created)
                 staged.append((key, tmp, path, created))
+                self._check_opened(fd, key)  # a folder swapped for a link to outside
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
@@ -755,8 +756,14 @@ class LocalStore(Store):
                 _sync_file_system(os.path.dirname(staged[0][2]))
             for renamed in range(len(staged)):
                 key, tmp, path, _ = staged[renamed]
-                with self._locked(os.path.dirname(path)):  # as every write (see _write)
-                    os.replace(tmp, path)
+                with self._locked(os.path.dirname(path)) as dfd:  # as every write (_write)
+                    self._check_opened(dfd, key, close=False)
+                    os.replace(
+                        os.path.basename(tmp),
+                        os.path.basename(path),
+                        src_dir_fd=dfd,
+                        dst_dir_fd=dfd,
+                    )
             renamed = len(staged)
         except BaseException as exc:
             for _, tmp, path, created in staged[renamed:]:
