@@ -51,7 +51,7 @@ async def test_interrupted_rename_keeps_previous_value(
     store = LocalStore(tmp_path, durable=False)
     await store.set("obj", b"old")
 
-    def crash(src: object, dst: object) -> None:
+    def crash(src: object, dst: object, **dir_fds: object) -> None:
         raise OSError("simulated crash before rename")
 
     monkeypatch.setattr(os, "replace", crash)

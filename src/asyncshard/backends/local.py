@@ -12,8 +12,12 @@
   object; a batch of writes is made durable by one ``syncfs`` of the file system before
   its renames instead of one ``fsync`` per file (group commit: the same guarantee,
   data on disk before any object points at it).
-* Versions are ``inode-mtime_ns-size`` in hex; every write makes a new file, so a new
-  version. Conditional writes compare the version under an exclusive ``flock`` on the
+* Versions never repeat: every write stores a random token in the temp file's
+  ``user.asyncshard.version`` xattr before its rename, and the version is ``t<token>``.
+  Where the file system has no user xattrs the version is ``inode-mtime_ns-size`` in hex,
+  and each write (under the folder lock) makes its mtime later than the replaced
+  object's, so a reused inode with an unticked coarse clock cannot repeat a version.
+  Conditional writes compare the version under an exclusive ``flock`` on the
   destination folder, which also excludes other processes using asyncshard; every
   rename into place and every conditional delete happens under that lock, so a
   conditional delete never removes a file written after its check.
@@ -33,15 +37,16 @@
   a missing root folder a ``StoreConfigError`` at once.
 
 Links: every key is resolved (``realpath``) and refused unless it lies inside the root;
-the root is resolved once, as soon as it exists. Operations then use the *resolved* path,
-and reads open it with ``O_NOFOLLOW``, so re-pointing a link between the check and the
-use cannot lead outside, and neither can turning the object itself into a link. This is
-best effort, not a sandbox: replacing a real folder on the resolved path with a link in
-that window is not detected (that would need ``openat2(RESOLVE_BENEATH)``). A link
-inside the root to an object inside the root is an alias: reads and writes go to its
-target, a delete removes the link. Listings show only what the API accepts: regular
-files (or links to them inside the root) and folders whose names are valid key segments;
-links to folders are not followed.
+the root is resolved once, as soon as it exists. Then the check is repeated on what was
+actually opened: the path of the open descriptor (``/proc/self/fd``) must lie inside the
+root, for reads (fast and slow path), heads, the temp file a write creates and the folder
+a write renames in (the rename goes through that folder's locked descriptor). So
+swapping a folder on the path for a link to outside, at any moment, cannot lead a read or
+a write outside; it makes the operation fail with a typed error. A link inside the root
+to an object inside the root is an alias: reads and writes go to its target, a delete
+removes the link. Listings show only what the API accepts: regular files (or links to
+them inside the root) and folders whose names are valid key segments; links to folders
+are not followed.
 """
 
 from __future__ import annotations
@@ -97,8 +102,40 @@ _MISSING_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
 _CREATE_ATTEMPTS = 8
 
 
-def _meta(key: str, st: os.stat_result) -> ObjectMeta:
-    version = f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+#: Extended attribute holding an object's version token (random, written with the object).
+VERSION_XATTR = "user.asyncshard.version"
+#: errnos of ``getxattr`` meaning "no token here": none set, or no xattrs on this file system.
+_NO_TOKEN_ERRNOS = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM})
+
+
+def _new_token() -> str:
+    """A fresh version token: 128 random bits, never reused for another write."""
+    return os.urandom(16).hex()
+
+
+def _set_token(fd: int, token: str) -> bool:
+    """Store ``token`` on the open file; ``False`` where the file system has no user xattrs."""
+    try:
+        os.setxattr(fd, VERSION_XATTR, token.encode())
+    except OSError as exc:
+        if exc.errno in _NO_TOKEN_ERRNOS:
+            return False
+        raise
+    return True
+
+
+def _token(target: int | str) -> str | None:
+    """The version token of an open file or a (not followed) path, if it has one."""
+    try:
+        if isinstance(target, int):
+            return os.getxattr(target, VERSION_XATTR).decode("ascii")
+        return os.getxattr(target, VERSION_XATTR, follow_symlinks=False).decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _meta(key: str, st: os.stat_result, token: str | None = None) -> ObjectMeta:
+    version = f"t{token}" if token else f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
     return ObjectMeta(key, st.st_size, version, modified)
 
@@ -167,10 +204,24 @@ def _range_of(
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return None
-    meta = _meta(key, st)
+    meta = _meta(key, st, _token(fd))
     check_condition(key, meta, if_match, False)
     start, end = resolve(byte_range, meta.size)
     return meta, start, end
+
+
+def _mtime_ns(meta: ObjectMeta) -> int:
+    """The ``mtime_ns`` inside a token-less version ``inode-mtime-size``."""
+    return int((meta.version or "0-0-0").split("-")[1], 16)
+
+
+@contextmanager
+def _opened(path: str) -> Iterator[int]:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _open_no_follow(path: str, flags: int) -> int:
@@ -257,10 +308,30 @@ class LocalStore(Store):
     def _resolve(self, key: str) -> str:
         """The real path of ``key``; refuses any path that resolves outside the root."""
         root = self._real_root()
-        real = os.path.realpath(os.path.join(root, key))
+        try:
+            real = os.path.realpath(os.path.join(root, key))
+        except OSError as exc:  # a link changed while it was being resolved
+            raise self._error(exc, key, "resolve", os.path.join(root, key)) from exc
         if not _within(real, root):
             raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
         return real
+
+    def _check_opened(self, fd: int, key: str, *, close: bool = True) -> None:
+        """Refuse a file or folder opened outside the root (closing ``fd`` unless ``close``
+        is false). The check is on the open descriptor (``/proc/self/fd``), so a path
+        swapped after it was resolved cannot lead outside."""
+        if not _PROC_FD:
+            return
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            if close:
+                os.close(fd)
+            raise self._error(exc, key, "open", key) from exc
+        if not _within(real, self._real_root()):
+            if close:
+                os.close(fd)
+            raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
 
     def _file_in_the_way(self, key: str) -> str | None:
         """The key prefix of ``key`` that exists as a file, if any (for error messages)."""
@@ -335,6 +406,7 @@ class LocalStore(Store):
                 if _is_missing(exc):
                     return None
                 raise self._error(exc, key, "read", path) from exc
+            self._check_opened(fd, key)
         try:
             found = _range_of(fd, key, byte_range, if_match)
             if found is None:
@@ -405,14 +477,24 @@ class LocalStore(Store):
             raise
         if folder_error and stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        return _meta(key, st) if stat.S_ISREG(st.st_mode) else None
+        return _meta(key, st, _token(path)) if stat.S_ISREG(st.st_mode) else None
 
     def _stat(self, key: str) -> ObjectMeta | None:
         path = self._resolve(key)
         try:
-            return self._meta_at(path, key)
+            fd = _open_no_follow(path, os.O_RDONLY)
+        except OSError as exc:
+            if _is_missing(exc):
+                return None
+            raise self._error(exc, key, "head", path) from exc
+        self._check_opened(fd, key)
+        try:
+            st = os.fstat(fd)
+            return _meta(key, st, _token(fd)) if stat.S_ISREG(st.st_mode) else None
         except OSError as exc:
             raise self._error(exc, key, "head", path) from exc
+        finally:
+            os.close(fd)
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._stat, key)
@@ -420,11 +502,12 @@ class LocalStore(Store):
     # -- writes -------------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self, folder: str) -> Iterator[None]:
+    def _locked(self, folder: str) -> Iterator[int]:
+        """Hold the exclusive ``flock`` of ``folder``; yields its open descriptor."""
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            yield fd
         finally:
             os.close(fd)
 
@@ -462,13 +545,36 @@ class LocalStore(Store):
             f"{self!r}: cannot create a file in {folder}: concurrent deletes keep removing it"
         )
 
-    def _write_data(self, fd: int, data: BytesLike) -> os.stat_result:
+    def _write_data(self, fd: int, data: BytesLike) -> tuple[os.stat_result, str | None]:
+        """Write ``data`` and a fresh version token to the temp file: ``(stat, token)``,
+        the token ``None`` where the file system keeps no user xattrs."""
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            token: str | None = _new_token()
+            if not _set_token(f.fileno(), token or ""):
+                token = None
             if self.durable:
                 os.fsync(f.fileno())
-            return os.fstat(f.fileno())
+            return os.fstat(f.fileno()), token
+
+    @staticmethod
+    def _newer_than(fd: int, st: os.stat_result, current: ObjectMeta | None) -> os.stat_result:
+        """Without tokens, give the temp file an mtime later than the object it replaces
+        (the lock is held), so ``inode-mtime-size`` versions of a key only grow even where
+        timestamps are coarse and inodes are reused."""
+        if current is None or not current.version or current.version.startswith("t"):
+            return st
+        previous = _mtime_ns(current)
+        if st.st_mtime_ns > previous:
+            return st
+        for step in (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000):
+            want = previous + step
+            os.utime(fd, ns=(st.st_atime_ns, want))
+            st = os.fstat(fd)
+            if st.st_mtime_ns > previous:
+                return st
+        raise OSError(errno.EIO, "cannot advance the modification time")
 
     def _write(self, key: str, data: BytesLike, if_match: str | None, if_absent: bool) -> str:
         path = self._resolve(key)
@@ -477,14 +583,20 @@ class LocalStore(Store):
         tmp: str | None = None
         try:
             fd, tmp = self._create_temp(folder, created)
-            st = self._write_data(fd, data)
+            self._check_opened(fd, key)  # a folder swapped for a link to outside
+            st, token = self._write_data(fd, data)
             # Unconditional writes take the lock too: delete_if_match checks and unlinks
             # under it, and must not unlink a file renamed in between.
-            with self._locked(folder):
-                if if_match is not None or if_absent:
+            with self._locked(folder) as dfd:
+                self._check_opened(dfd, key, close=False)
+                name, tmp_name = os.path.basename(path), os.path.basename(tmp)
+                if if_match is not None or if_absent or token is None:
                     current = self._meta_at(path, key, folder_error=True)
                     check_condition(key, current, if_match, if_absent)
-                os.replace(tmp, path)
+                    if token is None:
+                        with _opened(tmp) as tfd:
+                            st = self._newer_than(tfd, st, current)
+                os.replace(tmp_name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
             tmp = None
             self._sweep_if_due(folder)
         except BaseException as exc:
@@ -496,7 +608,7 @@ class LocalStore(Store):
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
                 raise self._write_error(exc, key, path) from exc
             raise
-        return _meta(key, st).version or ""
+        return _meta(key, st, token).version or ""
 
     async def _put(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
@@ -630,18 +742,28 @@ class LocalStore(Store):
                 created: list[str] = []
                 fd, tmp = self._create_temp(os.path.dirname(path), created)
                 staged.append((key, tmp, path, created))
+                self._check_opened(fd, key)  # a folder swapped for a link to outside
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
+                    token: str | None = _new_token()
+                    if not _set_token(f.fileno(), token or ""):
+                        token = None
                     if self.durable and not group_sync:
                         os.fsync(f.fileno())
-                    versions.append(_meta(key, os.fstat(f.fileno())).version)
+                    versions.append(_meta(key, os.fstat(f.fileno()), token).version)
             if group_sync and staged:
                 _sync_file_system(os.path.dirname(staged[0][2]))
             for renamed in range(len(staged)):
                 key, tmp, path, _ = staged[renamed]
-                with self._locked(os.path.dirname(path)):  # as every write (see _write)
-                    os.replace(tmp, path)
+                with self._locked(os.path.dirname(path)) as dfd:  # as every write (_write)
+                    self._check_opened(dfd, key, close=False)
+                    os.replace(
+                        os.path.basename(tmp),
+                        os.path.basename(path),
+                        src_dir_fd=dfd,
+                        dst_dir_fd=dfd,
+                    )
             renamed = len(staged)
         except BaseException as exc:
             for _, tmp, path, created in staged[renamed:]:

@@ -1,0 +1,141 @@
+"""LocalStore versions never repeat, even where timestamps are coarse and inodes reused.
+
+The tests run on an ext2 image (one-second timestamps, freed inodes handed out again),
+loop-mounted; they are skipped, with the reason, where that is not possible (not root,
+no ``mkfs.ext2``, no loop device).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from asyncshard.backends import LocalStore
+from asyncshard.backends import local as local_module
+from asyncshard.cache import IndexCache
+from asyncshard.errors import ConflictError
+from asyncshard.sharding import ZarrShardedStore
+from tests.zarr.helpers import array_doc
+
+
+def _mkfs() -> str | None:
+    found = shutil.which("mkfs.ext2") or shutil.which("mkfs.ext2", path="/usr/sbin:/sbin")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "e2fsprogs"], capture_output=True, timeout=300
+        )
+        found = shutil.which("mkfs.ext2") or shutil.which("mkfs.ext2", path="/usr/sbin:/sbin")
+    return found
+
+
+@pytest.fixture
+def ext2(tmp_path: Path) -> Iterator[Path]:
+    """A freshly made ext2 file system, loop-mounted; unmounted and removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("loop-mounting an ext2 image needs root")
+    mkfs = _mkfs()
+    if mkfs is None:
+        pytest.skip("mkfs.ext2 (e2fsprogs) is not installed and could not be installed")
+    image, mount = tmp_path / "ext2.img", tmp_path / "mnt"
+    mount.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run([mkfs, "-q", "-F", str(image)], check=True, capture_output=True)
+    done = subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext2 image: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        for _ in range(20):
+            if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
+                break
+            subprocess.run(["sync"], check=False)
+        else:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+        image.unlink(missing_ok=True)
+
+
+async def _stale_accepted(store: LocalStore, rounds: int = 20) -> int:
+    """How many of ``rounds`` stale ``if_match`` writes are accepted after two rewrites
+    of the same size (the ABA a reused inode with an unchanged mtime produces)."""
+    accepted = 0
+    for i in range(rounds):
+        key = f"k{i % 3}"
+        stale = await store.set(key, b"value-A")
+        await store.set(key, b"value-B")
+        await store.set(key, b"value-C")
+        try:
+            await store.set(key, b"value-D", if_match=stale)
+        except ConflictError:
+            continue
+        accepted += 1
+    return accepted
+
+
+async def test_stale_if_match_is_refused_on_a_coarse_file_system(ext2: Path) -> None:
+    store = LocalStore(ext2 / "root")
+    assert await _stale_accepted(store) == 0
+    versions = [await store.set("same", b"12345678") for _ in range(50)]
+    assert len(set(versions)) == 50, "a version came back for a new write"
+    head = await store.head("same")
+    got = await store.get_object("same")
+    assert head is not None and got is not None
+    assert head.version == got.meta.version == versions[-1]
+
+
+async def test_versions_without_xattrs_never_repeat(
+    ext2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the file system keeps no user xattrs, versions are ``inode-mtime-size`` and
+    every write under the lock makes the mtime later than the object it replaces."""
+    monkeypatch.setattr(local_module, "_set_token", lambda fd, token: False)
+    store = LocalStore(ext2 / "root")
+    assert await _stale_accepted(store, rounds=6) == 0
+    versions = [await store.set("same", b"12345678") for _ in range(6)]
+    assert len(set(versions)) == 6
+    assert all(not v.startswith("t") for v in versions)
+
+
+WRITERS, CHUNKS, WRITES = 4, 8, 100
+
+
+def _writer(root: str, writer: int, gate: str) -> None:
+    async def run() -> None:
+        store = await ZarrShardedStore.open(LocalStore(root), "arr", cache=IndexCache())
+        while not os.path.exists(gate):  # start together, so that the writes overlap
+            await asyncio.sleep(0.001)
+        for seq in range(1, WRITES + 1):
+            for chunk in range(writer, CHUNKS, WRITERS):
+                await store.set(f"arr/c/{chunk}", f"{chunk}:{seq:04d}".encode())
+
+    asyncio.run(run())
+
+
+async def test_processes_writing_one_shard_lose_nothing(ext2: Path) -> None:
+    root = ext2 / "data"
+    inner = LocalStore(root)
+    await inner.set("arr/zarr.json", json.dumps(array_doc([CHUNKS], [CHUNKS], [1])).encode())
+    ctx = multiprocessing.get_context("spawn")
+    gate = ext2 / "go"
+    procs = [ctx.Process(target=_writer, args=(str(root), w, str(gate))) for w in range(WRITERS)]
+    for proc in procs:
+        proc.start()
+    await asyncio.sleep(2.0)  # every writer has imported and opened its store
+    gate.touch()
+    for proc in procs:
+        proc.join(timeout=300)
+        assert proc.exitcode == 0
+    reader = await ZarrShardedStore.open(LocalStore(root), "arr", cache=IndexCache())
+    got = {c: await reader.get(f"arr/c/{c}") for c in range(CHUNKS)}
+    lost = {c: v for c, v in got.items() if v != f"{c}:{WRITES:04d}".encode()}
+    assert not lost, f"acknowledged chunk writes lost: {lost}"
