@@ -21,6 +21,7 @@ from asyncshard.errors import (
     StoreConfigError,
     StoreConnectionError,
     StorePermissionError,
+    UnknownOptionError,
     UnknownSchemeError,
     UnsupportedOperationError,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "StoreStats",
     "Suffix",
     "Uint64ShardedStore",
+    "UnknownOptionError",
     "UnknownSchemeError",
     "UnshardedView",
     "UnsupportedOperationError",

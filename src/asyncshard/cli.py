@@ -14,6 +14,8 @@ from asyncshard import __version__
 from asyncshard.backends.registry import open_store
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, parse_range
+from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.store import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,6 +34,11 @@ def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
     return wrapper
+
+
+def _open(url: str, flags: dict[str, Any]) -> Store:
+    """The store at ``url`` with the storage flags' options."""
+    return open_store(url, storage_options(url, flags["endpoint"], flags["anon"], flags["option"]))
 
 
 def _range(ctx: click.Context, param: click.Parameter, value: str | None) -> ByteRange | None:
@@ -53,10 +60,11 @@ def cli() -> None:
 @click.argument("url")
 @click.argument("prefix", default="")
 @click.option("-r", "--recursive", is_flag=True, help="List every key below PREFIX.")
+@storage_flags
 @run_async
-async def ls(url: str, prefix: str, recursive: bool) -> None:
+async def ls(url: str, prefix: str, recursive: bool, **flags: Any) -> None:
     """List the keys and folders directly below PREFIX (all keys with -r)."""
-    async with open_store(url) as store:
+    async with _open(url, flags) as store:
         if recursive:
             async for key in store.list_prefix(prefix):
                 click.echo(key)
@@ -72,10 +80,11 @@ async def ls(url: str, prefix: str, recursive: bool) -> None:
 @click.option(
     "--range", "byte_range", callback=_range, help="START-END (end exclusive), START- or -LENGTH."
 )
+@storage_flags
 @run_async
-async def cat(url: str, key: str, byte_range: ByteRange | None) -> None:
+async def cat(url: str, key: str, byte_range: ByteRange | None, **flags: Any) -> None:
     """Write the object KEY (or a byte range of it) to standard output."""
-    async with open_store(url) as store:
+    async with _open(url, flags) as store:
         data = await store.get(key, byte_range)
     if data is None:
         raise click.ClickException(f"no such key: {key}")
@@ -87,21 +96,23 @@ async def cat(url: str, key: str, byte_range: ByteRange | None) -> None:
 @click.argument("url")
 @click.argument("key")
 @click.argument("source", type=click.File("rb"))
+@storage_flags
 @run_async
-async def put(url: str, key: str, source: Any) -> None:
+async def put(url: str, key: str, source: Any, **flags: Any) -> None:
     """Store the contents of SOURCE (a file, or - for standard input) as KEY."""
     data = source.read()
-    async with open_store(url) as store:
+    async with _open(url, flags) as store:
         await store.set(key, data)
 
 
 @cli.command("rm")
 @click.argument("url")
 @click.argument("keys", nargs=-1, required=True)
+@storage_flags
 @run_async
-async def rm(url: str, keys: tuple[str, ...]) -> None:
+async def rm(url: str, keys: tuple[str, ...], **flags: Any) -> None:
     """Delete the objects KEYS (missing ones are ignored)."""
-    async with open_store(url) as store:
+    async with _open(url, flags) as store:
         await store.erase_values(keys)
 
 

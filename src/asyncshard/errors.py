@@ -98,6 +98,18 @@ class StoreConfigError(AsyncShardError, ValueError):
     """
 
 
+class UnknownOptionError(StoreConfigError, TypeError):
+    """An option no layer on the way down takes (a typo, or one for another backend).
+
+    A ``TypeError`` as for an unexpected keyword argument, raised before any request;
+    ``options`` names the options that were refused.
+    """
+
+    def __init__(self, message: str, options: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.options = options or []
+
+
 class BucketNotFoundError(StoreConfigError):
     """The bucket or container a store names does not exist (not a missing key)."""
 

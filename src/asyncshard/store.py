@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from asyncshard.buffers import BytesLike, Data
 from asyncshard.errors import (
@@ -265,8 +265,13 @@ class Store(ABC):
 
     @property
     def url(self) -> str | None:
-        """A URL ``open_store`` reopens this store from (with the same options), if any."""
+        """A URL ``open_store`` reopens this store from (with :attr:`open_options`), if any."""
         return None
+
+    @property
+    def open_options(self) -> dict[str, Any]:
+        """The options that reopen this store from :attr:`url` (another process does so)."""
+        return {}
 
     # -- backend primitives -------------------------------------------------------------
 

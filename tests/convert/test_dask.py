@@ -41,9 +41,13 @@ def test_dask_needs_a_url(dask_client: Any) -> None:
 
 
 def test_dask_opens_a_store_from_its_url(tmp_path: Path) -> None:
-    """A store object with a URL (``Store.url``) is reopened by the workers from it."""
+    """A store object with a URL (``Store.url``) is reopened by the workers from it, with
+    the options it was opened with (``Store.open_options``)."""
     runner = make_runner(
-        LocalStore(tmp_path), runner=None, client=object(), storage_options=None, max_in_flight=2
+        LocalStore(tmp_path, durable=False), runner=None, client=object(), max_in_flight=2
     )
     assert isinstance(runner, DaskRunner) and runner.url == tmp_path.as_uri()
-    assert open_store(runner.url).url == tmp_path.as_uri()
+    assert runner.storage_options["durable"] is False
+    reopened = open_store(runner.url, runner.storage_options)
+    assert isinstance(reopened, LocalStore) and reopened.url == tmp_path.as_uri()
+    assert reopened.durable is False

@@ -103,9 +103,9 @@ async def test_bad_input_gets_typed_errors() -> None:
     inner = MemoryStore()
     with pytest.raises(StoreConfigError, match="unknown mode"):
         ZarrStore(inner, mode="sideways")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="only when opening a URL"):
+    with pytest.raises(TypeError, match="options apply to a URL"):
         ZarrStore(inner, endpoint="http://127.0.0.1:9")
-    with pytest.raises(TypeError, match="asyncshard Store or a URL"):
+    with pytest.raises(TypeError, match="a URL, a path, an asyncshard Store"):
         ZarrStore(42)  # type: ignore[arg-type]
     store = ZarrStore(inner)
     with pytest.raises(InvalidRangeError):

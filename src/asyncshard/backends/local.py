@@ -65,7 +65,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cachetools import TTLCache
 
@@ -272,6 +272,12 @@ class LocalStore(Store):
         **options: int,
     ):
         super().__init__(**options)
+        self._open_options: dict[str, Any] = {
+            "durable": durable,
+            "temp_max_age": temp_max_age,
+            "inline_reads": inline_reads,
+            **options,
+        }
         self.root = Path(os.path.abspath(root))
         self.durable = durable
         self.temp_max_age = temp_max_age
@@ -289,6 +295,11 @@ class LocalStore(Store):
     def url(self) -> str:
         """``file://`` and the root folder."""
         return self.root.as_uri()
+
+    @property
+    def open_options(self) -> dict[str, Any]:
+        """The options the store was opened with."""
+        return dict(self._open_options)
 
     # -- paths --------------------------------------------------------------------------
 

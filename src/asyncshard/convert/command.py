@@ -17,6 +17,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from asyncshard.backends.registry import opened
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
     shard_precomputed_async,
@@ -29,11 +30,12 @@ from asyncshard.convert.report import (
     ProgressEvent,
     TaskDone,
 )
-from asyncshard.convert.session import opened, run_sync
+from asyncshard.convert.session import run_sync
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError, InvalidMetadataError
 from asyncshard.formats.zarr3.metadata import Separator
 from asyncshard.sharding.common import read_json
+from asyncshard.storage_flags import storage_flags, storage_options
 
 __all__ = ["reshard", "shard", "unshard"]
 
@@ -116,8 +118,8 @@ def _dask(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         yield client
 
 
-async def _is_precomputed(url: str) -> bool:
-    async with opened(url, None) as store:
+async def _is_precomputed(url: str, storage: dict[str, Any]) -> bool:
+    async with opened(url, storage) as store:
         try:
             info = await read_json(store, "info")
         except InvalidMetadataError:
@@ -133,17 +135,22 @@ def _run(
     options: dict[str, Any],
 ) -> None:
     quiet, as_json = options.pop("quiet"), options.pop("as_json")
+    flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
     scheduler, workers = options.pop("dask_scheduler"), options.pop("dask_workers")
     if scheduler is not None and workers is not None:
         raise click.UsageError("give --dask-scheduler or --dask-workers, not both")
     progress = Progress(quiet)
     try:
-        precomputed = fmt == "precomputed" or (fmt == "auto" and run_sync(_is_precomputed(url)))
+        storage = storage_options(url, *flags)
+        precomputed = fmt == "precomputed" or (
+            fmt == "auto" and run_sync(_is_precomputed(url, storage))
+        )
         with _dask(scheduler, workers) as client:
             common = {
                 "max_in_flight": options["max_in_flight"],
                 "client": client,
                 "progress": progress,
+                "storage_options": storage,
             }
             coro: Coroutine[Any, Any, ConversionSummary]
             if precomputed:
@@ -232,7 +239,7 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
-    return func
+    return storage_flags(func)
 
 
 _SEPARATOR = click.option(

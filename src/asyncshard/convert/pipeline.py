@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.journal import Journal, journal_key, normalize, read_journal, remove_journal
 from asyncshard.convert.report import (
     ArrayReport,
@@ -35,7 +36,7 @@ from asyncshard.convert.report import (
     TaskResult,
 )
 from asyncshard.convert.runner import Job, PassSpec, Runner, Task
-from asyncshard.convert.session import delete_keys, make_runner, opened
+from asyncshard.convert.session import delete_keys, make_runner
 from asyncshard.errors import ConversionError
 from asyncshard.store import Store
 
@@ -52,7 +53,8 @@ class RunOptions(TypedDict, total=False):
     must then be a URL or have one, see :attr:`~asyncshard.store.Store.url`); ``runner``:
     a custom :class:`~asyncshard.convert.runner.Runner`; ``storage_options``: options of
     ``open_store`` for a URL (also used by Dask workers); ``progress``: receives
-    :class:`~asyncshard.convert.report.ProgressEvent` objects.
+    :class:`~asyncshard.convert.report.ProgressEvent` objects. Any other keyword is a
+    storage option too (the options contract of docs/cloud.md).
     """
 
     max_in_flight: int | None
@@ -295,21 +297,19 @@ NodeSource = Callable[[Store], AsyncIterator[Node | ArrayReport]]
 
 
 async def convert_nodes(
-    url_or_store: str | Store, nodes: NodeSource, options: RunOptions
+    location: StoreLocation, nodes: NodeSource, options: RunOptions
 ) -> ConversionSummary:
     """Convert the nodes ``nodes(store)`` yields (a report for those it skips itself)."""
     started = time.perf_counter()
-    storage_options = options.get("storage_options")
-    runner = make_runner(
-        url_or_store,
-        runner=options.get("runner"),
-        client=options.get("client"),
-        storage_options=storage_options,
-        max_in_flight=options.get("max_in_flight"),
-    )
-    opts = Options(runner, options.get("progress"))
     summary = ConversionSummary()
-    async with opened(url_or_store, storage_options) as store:
+    async with opened(location, options.get("storage_options")) as store:
+        runner = make_runner(
+            store,
+            runner=options.get("runner"),
+            client=options.get("client"),
+            max_in_flight=options.get("max_in_flight"),
+        )
+        opts = Options(runner, options.get("progress"))
         async for node in nodes(store):
             if isinstance(node, ArrayReport):
                 summary.arrays.append(node)

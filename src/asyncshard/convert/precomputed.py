@@ -32,15 +32,16 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, cast
 
 import numpy as np
 
+from asyncshard.backends.registry import StoreLocation
 from asyncshard.convert.journal import normalize
 from asyncshard.convert.pipeline import Doc, Listing, Node, RunOptions, convert_nodes
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
 from asyncshard.convert.runner import PassSpec, Task
-from asyncshard.convert.session import blocking, write_json
+from asyncshard.convert.session import blocking, fold_storage_options, write_json
 from asyncshard.convert.tasks import PrecomputedExecutor
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.precomputed.spec import ShardingSpec
@@ -236,7 +237,7 @@ async def _read_info(store: Store) -> tuple[dict[str, Any], str | None]:
 
 
 async def _convert_volume(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     scales: Sequence[str] | None,
     sharding: ShardingSpec | Mapping[str, Any] | None,
     shard: bool,
@@ -265,29 +266,31 @@ async def _convert_volume(
 
 
 async def shard_precomputed_async(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     sharding: ShardingSpec | Mapping[str, Any] | None = None,
     scales: Sequence[str] | None = None,
     *,
     target_shard_bytes: int = DEFAULT_SHARD_BYTES,
-    **options: Unpack[RunOptions],
+    **options: Any,
 ) -> ConversionSummary:
     """Shard the unsharded scales of a precomputed volume (or the scales keyed ``scales``).
 
     ``sharding``: a :class:`ShardingSpec` or its JSON; ``None`` chooses one per scale
     with :func:`default_sharding`. Scales already sharded with that spec are skipped.
-    Runner options as for :func:`asyncshard.convert.shard_store_async`.
+    Runner and storage options as for :func:`asyncshard.convert.shard_store_async`.
     """
-    return await _convert_volume(url_or_store, scales, sharding, True, target_shard_bytes, options)
+    run = cast(RunOptions, fold_storage_options(options, RunOptions.__optional_keys__))
+    return await _convert_volume(url_or_store, scales, sharding, True, target_shard_bytes, run)
 
 
 async def unshard_precomputed_async(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     scales: Sequence[str] | None = None,
-    **options: Unpack[RunOptions],
+    **options: Any,
 ) -> ConversionSummary:
     """Turn the sharded scales of a precomputed volume back into one file per chunk."""
-    return await _convert_volume(url_or_store, scales, None, False, DEFAULT_SHARD_BYTES, options)
+    run = cast(RunOptions, fold_storage_options(options, RunOptions.__optional_keys__))
+    return await _convert_volume(url_or_store, scales, None, False, DEFAULT_SHARD_BYTES, run)
 
 
 shard_precomputed = blocking(shard_precomputed_async)

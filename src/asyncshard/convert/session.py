@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from asyncshard.backends.registry import open_store
+from asyncshard.backends.registry import merge_options, opened, split_options
 from asyncshard.convert.runner import DEFAULT_IN_FLIGHT, AsyncioRunner, DaskRunner, Runner
 from asyncshard.errors import ConflictError, ConversionError
 from asyncshard.store import Store
@@ -20,6 +19,7 @@ __all__ = [
     "DELETE_BATCHES_IN_FLIGHT",
     "blocking",
     "delete_keys",
+    "fold_storage_options",
     "make_runner",
     "opened",
     "run_sync",
@@ -35,45 +35,35 @@ DELETE_BATCHES_IN_FLIGHT = 8
 _MIN_DELETE_BATCH = 64
 
 
-@asynccontextmanager
-async def opened(
-    url_or_store: str | Store, storage_options: Mapping[str, Any] | None
-) -> AsyncIterator[Store]:
-    """The store itself, or one opened from a URL (and closed afterwards)."""
-    if isinstance(url_or_store, Store):
-        yield url_or_store
-        return
-    async with open_store(url_or_store, **dict(storage_options or {})) as store:
-        yield store
-
-
-def store_url(url_or_store: str | Store) -> str:
-    """A URL workers can open: the URL given, or the store's own :attr:`Store.url`."""
-    if isinstance(url_or_store, str):
-        return url_or_store
-    if url_or_store.url is not None:
-        return url_or_store.url
-    raise TypeError(
-        f"Dask workers open the store from its URL; pass a URL instead of {url_or_store!r}"
-    )
+def fold_storage_options(options: Mapping[str, Any], own: Collection[str]) -> dict[str, Any]:
+    """``options`` with every key not in ``own`` (and ``storage_options``) folded into one
+    ``storage_options`` dict: keywords and the dict are the same thing (docs/cloud.md)."""
+    mine, rest = split_options(options, {*own, "storage_options"})
+    mine["storage_options"] = merge_options(mine.get("storage_options"), rest)
+    return mine
 
 
 def make_runner(
-    url_or_store: str | Store,
+    store: Store,
     *,
     runner: Runner | None,
     client: Any,
-    storage_options: Mapping[str, Any] | None,
     max_in_flight: int | None,
 ) -> Runner:
-    """The runner asked for: explicit, Dask (``client``), or asyncio in this process."""
+    """The runner asked for: explicit, Dask (``client``), or asyncio in this process.
+
+    Dask workers reopen ``store`` from its :attr:`~Store.url` and
+    :attr:`~Store.open_options`, so they reach the same place with the same options.
+    """
     if runner is not None:
         if client is not None:
             raise ValueError("pass either runner or client, not both")
         return runner
     in_flight = DEFAULT_IN_FLIGHT if max_in_flight is None else max_in_flight
     if client is not None:
-        return DaskRunner(client, store_url(url_or_store), storage_options, max_in_flight=in_flight)
+        if store.url is None:
+            raise TypeError(f"Dask workers open the store from its URL; {store!r} has none")
+        return DaskRunner(client, store.url, store.open_options, max_in_flight=in_flight)
     return AsyncioRunner(in_flight)
 
 

@@ -56,8 +56,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Unpack, cast
+from typing import Any, cast
 
+from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import (
     ArrayLayout,
@@ -82,7 +83,7 @@ from asyncshard.convert.plan import (
 )
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
 from asyncshard.convert.runner import PassSpec, Task
-from asyncshard.convert.session import blocking, opened, write_json
+from asyncshard.convert.session import blocking, fold_storage_options, write_json
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.vectors import Role, VectorRoles
 from asyncshard.errors import InvalidMetadataError, NothingToConvertError, ShardShapeError
@@ -119,6 +120,10 @@ class ZarrOptions(RunOptions, total=False):
 
     manifest: bool
     rebuild_manifest: bool
+
+
+#: The keywords of the Zarr conversions that are not storage options.
+ZARR_OPTIONS = ZarrOptions.__optional_keys__
 
 
 def _prefix(path: str) -> str:
@@ -316,15 +321,16 @@ def _normalize_path(path: str) -> str:
 
 
 async def convert_store(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     request: Request,
     arrays: Sequence[str] | None = None,
-    **options: Unpack[ZarrOptions],
+    **options: Any,
 ) -> ConversionSummary:
     """Convert every array of a store (or the ``arrays`` paths) as ``request`` says.
 
     See :func:`shard_store_async` for the options.
     """
+    run = cast(ZarrOptions, fold_storage_options(options, ZARR_OPTIONS))
 
     async def nodes(store: Store) -> AsyncIterator[ZarrArray | ArrayReport]:
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
@@ -333,24 +339,24 @@ async def convert_store(
             raise NothingToConvertError(f"no Zarr v3 array and no precomputed info at {where}")
         roles = VectorRoles(store)
         for path in paths:
-            chosen = _for_vectors(request, options, await roles.role(path), arrays is None)
+            chosen = _for_vectors(request, run, await roles.role(path), arrays is None)
             if isinstance(chosen, str):
                 yield ArrayReport(path, "skipped", reason=chosen)
             else:
                 yield await _load(store, path, *chosen)
 
-    return await convert_nodes(url_or_store, nodes, options)
+    return await convert_nodes(url_or_store, nodes, run)
 
 
 async def shard_store_async(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     shard_shape: int | Sequence[int],
     arrays: Sequence[str] | None = None,
     *,
     separator: Separator | None = None,
     index_location: IndexLocation | None = None,
     checksum: bool | None = None,
-    **options: Unpack[ZarrOptions],
+    **options: Any,
 ) -> ConversionSummary:
     """Shard every Zarr v3 array of a store (or those at the paths ``arrays``).
 
@@ -364,7 +370,9 @@ async def shard_store_async(
     crc32c, or the current ones); the runner options of
     :class:`~asyncshard.convert.pipeline.RunOptions` (``max_in_flight``, ``client``,
     ``runner``, ``storage_options``, ``progress``) and the manifest options of
-    :class:`ZarrOptions` (``manifest``, ``rebuild_manifest``).
+    :class:`ZarrOptions` (``manifest``, ``rebuild_manifest``). Any other keyword is a
+    storage option for a URL (``endpoint``, ``region``, ...; see docs/cloud.md); one
+    the store does not take is an :class:`~asyncshard.errors.UnknownOptionError`.
     """
     if shard_shape is None:
         raise ValueError("shard_shape is required; use unshard_store to go back to flat")
@@ -374,11 +382,11 @@ async def shard_store_async(
 
 
 async def unshard_store_async(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     arrays: Sequence[str] | None = None,
     *,
     separator: Separator | None = None,
-    **options: Unpack[ZarrOptions],
+    **options: Any,
 ) -> ConversionSummary:
     """Turn every sharded array into one object per chunk; flat arrays are skipped.
 
@@ -388,14 +396,14 @@ async def unshard_store_async(
 
 
 async def reshard_async(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     shard_shape: int | Sequence[int] | None,
     arrays: Sequence[str] | None = None,
     *,
     separator: Separator | None = None,
     index_location: IndexLocation | None = None,
     checksum: bool | None = None,
-    **options: Unpack[ZarrOptions],
+    **options: Any,
 ) -> ConversionSummary:
     """Change the shard shape in place; ``None`` is :func:`unshard_store_async`."""
     if shard_shape is None:
@@ -412,16 +420,18 @@ async def reshard_async(
 
 
 async def rebuild_manifest_async(
-    url_or_store: str | Store,
+    url_or_store: StoreLocation,
     arrays: Sequence[str] | None = None,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> ConversionSummary:
     """Rebuild the ``nonempty_chunks`` manifest of every array from its stored data
-    (found by the walk: not on zarr-vectors' object-level arrays, which have none)."""
+    (found by the walk: not on zarr-vectors' object-level arrays, which have none).
+    Keywords are storage options, as for :func:`shard_store_async`."""
     started = time.perf_counter()
     summary = ConversionSummary()
-    async with opened(url_or_store, storage_options) as store:
+    async with opened(url_or_store, storage_options, **options) as store:
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
         roles = VectorRoles(store)
         for path in paths:

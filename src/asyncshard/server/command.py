@@ -33,6 +33,7 @@ from asyncshard.server.runner import (
 )
 from asyncshard.server.workers import WorkerFailed, serve_workers
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
+from asyncshard.storage_flags import storage_flags, storage_options
 
 TOKEN_ENV = "ASYNCSHARD_TOKEN"
 DEFAULT_PORT = 8000
@@ -156,6 +157,7 @@ def _demo_folder(folder: str) -> Iterator[str]:
     help="Seconds a client may accept no data before it is disconnected.",
 )
 @click.option("--quiet", is_flag=True, help="No access log.")
+@storage_flags
 def serve(
     url: str | None,
     host: str,
@@ -173,6 +175,9 @@ def serve(
     buffer_bytes: int,
     write_timeout: float,
     quiet: bool,
+    endpoint: str | None,
+    anon: bool,
+    option: tuple[str, ...],
 ) -> None:
     """Serve the store at URL over HTTP to web viewers (Neuroglancer, vizarr...).
 
@@ -190,6 +195,7 @@ def serve(
         click.echo(f"Write token (send 'Authorization: Bearer <token>'): {token}", err=True)
     configure_logging(quiet)
     try:
+        storage = storage_options(url, endpoint, anon, option)
         with _demo_folder(demo or "") as folder:
             if demo is not None:
                 summary = asyncio.run(write_demo(folder))
@@ -216,6 +222,7 @@ def serve(
                 write_timeout=write_timeout,
                 quiet=quiet,
                 workers=workers,
+                storage_options=storage,
             )
 
             def ready(bound: int) -> None:

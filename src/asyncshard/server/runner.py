@@ -13,7 +13,8 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -64,6 +65,7 @@ class ServeConfig:
     write_timeout: float = DEFAULT_WRITE_TIMEOUT
     quiet: bool = False
     workers: int = 1
+    storage_options: dict[str, Any] = field(default_factory=dict)
 
 
 def configure_logging(quiet: bool) -> None:
@@ -143,7 +145,7 @@ async def serve_config(
 
     ``check``: first refuse a read-only store that lists nothing (:func:`check_servable`).
     """
-    store = open_store(config.url)
+    store = open_store(config.url, config.storage_options)
     try:
         if check and not config.writable:
             await check_servable(store, config.url)
@@ -176,5 +178,5 @@ async def serve_config(
 
 async def check_url(config: ServeConfig) -> None:
     """:func:`check_servable` on the store of ``config`` (opened and closed again)."""
-    async with open_store(config.url) as store:
+    async with open_store(config.url, config.storage_options) as store:
         await check_servable(store, config.url)

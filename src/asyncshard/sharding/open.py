@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from asyncshard.backends.registry import StoreLocation, open_store, split_options
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.precomputed.volume import VolumeInfo
 from asyncshard.sharding.common import read_json
@@ -13,10 +15,19 @@ from asyncshard.sharding.volume import scale_store
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 
-__all__ = ["open_sharded"]
+__all__ = ["ADAPTER_OPTIONS", "open_sharded"]
+
+#: The keywords of :func:`open_sharded` that go to the sharded store, not to the storage.
+ADAPTER_OPTIONS = ("cache", "data_cache", "recheck_after", "write_order")
 
 
-async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any) -> ShardedAdapter:
+async def open_sharded(
+    url_or_store: StoreLocation,
+    path: str = "",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> ShardedAdapter:
     """Open the sharded dataset at ``path`` of a store URL (or Store).
 
     * a folder with ``zarr.json`` (or draft transformer metadata): its sharded Zarr array,
@@ -27,13 +38,11 @@ async def open_sharded(url_or_store: str | Store, path: str = "", **options: Any
       the unsharded chunk names ``x0-x1_y0-y1_z0-z1``.
 
     ``options`` go to the sharded store (``cache``, ``data_cache``, ``recheck_after``,
-    ``write_order`` for Zarr) and, for a URL, the rest to :func:`~asyncshard.open_store`.
+    ``write_order`` for Zarr); the rest, and ``storage_options``, are storage options for
+    :func:`~asyncshard.open_store` (the location may also be a Store or an obstore store).
     """
-    from asyncshard.backends.registry import open_store
-
-    store_keys = ("cache", "data_cache", "recheck_after", "write_order")
-    adapter = {k: options.pop(k) for k in store_keys if k in options}
-    inner = open_store(url_or_store, **options) if isinstance(url_or_store, str) else url_or_store
+    adapter, storage = split_options(options, ADAPTER_OPTIONS)
+    inner = open_store(url_or_store, storage_options, **storage)
     path = path.strip("/")
     base = f"{path}/" if path else ""
     doc = await read_json(inner, base + "zarr.json")

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
 from asyncshard.cache import CacheEntry, IndexCache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
 from asyncshard.fanout import settle
@@ -429,12 +430,23 @@ class Uint64ShardedStore(ShardedAdapter):
         return f"Uint64ShardedStore({self.inner!r}, prefix={self.prefix!r})"
 
     @classmethod
-    async def open(cls, inner: Store, path: str = "", **options: Any) -> Uint64ShardedStore:
+    async def open(
+        cls,
+        inner: StoreLocation,
+        path: str = "",
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Uint64ShardedStore:
         """Open the sharded directory ``path`` from its ``info`` (its ``sharding`` member).
 
         This is how mesh, skeleton and annotation-by-id directories are opened; volume
         scales are opened with :class:`~asyncshard.sharding.volume.PrecomputedVolume`.
+        ``inner`` is any location of :func:`~asyncshard.open_store`; keywords the store
+        does not take are storage options for it.
         """
+        options, storage = split_options(options, keyword_names(cls))
+        inner = open_store(inner, storage_options, **storage)
         path = path.strip("/")
         info_key = f"{path}/info" if path else "info"
         doc = await read_json(inner, info_key)

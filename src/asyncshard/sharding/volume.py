@@ -15,6 +15,7 @@ import builtins
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from asyncshard.backends.registry import StoreLocation, open_store
 from asyncshard.cache import IndexCache
 from asyncshard.errors import InvalidKeyError, InvalidMetadataError
 from asyncshard.formats.precomputed.spec import as_uint64_array
@@ -82,10 +83,20 @@ class ShardedScale:
 
     @classmethod
     async def open(
-        cls, inner: Store, scale_key: str, *, path: str = "", cache: IndexCache | None = None
+        cls,
+        inner: StoreLocation,
+        scale_key: str,
+        *,
+        path: str = "",
+        cache: IndexCache | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> ShardedScale:
-        """Open the scale ``scale_key`` of the volume at ``path`` of ``inner``."""
-        volume = await PrecomputedVolume.open(inner, path, cache=cache)
+        """Open the scale ``scale_key`` of the volume at ``path`` of ``inner`` (any
+        location of :func:`~asyncshard.open_store`, with its storage options)."""
+        volume = await PrecomputedVolume.open(
+            inner, path, cache=cache, storage_options=storage_options, **options
+        )
         return volume.scale(scale_key)
 
     # -- names and ids ------------------------------------------------------------------
@@ -163,9 +174,17 @@ class PrecomputedVolume:
 
     @classmethod
     async def open(
-        cls, inner: Store, path: str = "", *, cache: IndexCache | None = None
+        cls,
+        inner: StoreLocation,
+        path: str = "",
+        *,
+        cache: IndexCache | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> PrecomputedVolume:
-        """Read and validate ``<path>/info``."""
+        """Read and validate ``<path>/info``; ``inner`` is any location of
+        :func:`~asyncshard.open_store`, the keywords are its storage options."""
+        inner = open_store(inner, storage_options, **options)
         path = path.strip("/")
         info_key = _join(path, "info")
         doc = await read_json(inner, info_key)

@@ -19,6 +19,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
+from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
 from asyncshard.cache import CacheEntry, IndexCache
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.zarr3.metadata import (
@@ -233,12 +234,23 @@ class ZarrShardedStore(ShardedAdapter):
         return f"ZarrShardedStore({self.inner!r}, chunks_per_shard={self.layout.chunks_per_shard})"
 
     @classmethod
-    async def open(cls, inner: Store, array_path: str = "", **options: Any) -> ZarrShardedStore:
+    async def open(
+        cls,
+        inner: StoreLocation,
+        array_path: str = "",
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> ZarrShardedStore:
         """Open the sharded array at ``array_path`` of ``inner`` from its metadata.
 
         Reads ``<array_path>/zarr.json`` (Zarr v3 ``sharding_indexed``) or, failing that,
         ``meta/root/<array_path>.array.json`` (the draft sharding storage transformer).
+        ``inner`` is any location of :func:`~asyncshard.open_store`; keywords the store
+        does not take are storage options for it.
         """
+        options, storage = split_options(options, keyword_names(cls))
+        inner = open_store(inner, storage_options, **storage)
         path = array_path.strip("/")
         meta_key = f"{path}/zarr.json" if path else "zarr.json"
         doc = await read_json(inner, meta_key)

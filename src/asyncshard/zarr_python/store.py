@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, Self
 from urllib.parse import urlsplit
 
@@ -22,7 +23,7 @@ from zarr.abc.store import ByteRequest
 from zarr.abc.store import Store as ZarrABCStore
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
-from asyncshard.backends.registry import open_store
+from asyncshard.backends.registry import StoreLocation, merge_options, open_store
 from asyncshard.blocking import run_blocking
 from asyncshard.errors import ConflictError
 from asyncshard.store import Store, StoreStats
@@ -44,13 +45,15 @@ class ZarrStore(ZarrABCStore):
     """A ``zarr.abc.store.Store`` over an asyncshard Store.
 
     Args:
-        store: an asyncshard Store, or a URL for ``open_store`` (``s3://bucket/prefix``,
-            ``file:///data``, a plain path, ``memory://``, ...).
+        store: an asyncshard Store, or any location of ``open_store``: a URL
+            (``s3://bucket/prefix``, ``file:///data``, ``memory://``, ...), a path, an
+            obstore store or an obspec client.
         mode: ``"pass-through"`` (keys unchanged; zarr-python does its own sharding) or
             ``"inner-chunks"`` (sharded arrays appear unsharded).
         read_only: refuse writes, as zarr-python stores do (``ValueError``). ``None``
             (the default): read-only exactly when the store cannot write.
-        options: ``open_store`` options for a URL (credentials, endpoint, caps...).
+        storage_options, options: storage options for ``open_store`` (credentials,
+            endpoint, caps...), as one dict or as keywords; refused with a Store.
 
     Attributes:
         inner: the asyncshard Store given or opened (its ``stats`` count requests).
@@ -70,22 +73,21 @@ class ZarrStore(ZarrABCStore):
 
     def __init__(
         self,
-        store: Store | str,
+        store: StoreLocation,
         *,
         mode: Mode = "pass-through",
         read_only: bool | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
-        if isinstance(store, str):
-            inner = open_store(store, **options)
-            self._url: str | None = store
-        elif isinstance(store, Store):
-            if options:
-                raise TypeError(f"options {sorted(options)} apply only when opening a URL")
-            inner, self._url = store, None
-        else:
-            raise TypeError(f"expected an asyncshard Store or a URL, got {type(store).__name__}")
-        self._options = dict(options)
+        opts = merge_options(storage_options, options)
+        inner = open_store(store, opts)  # refuses options with a ready Store
+        self._url: str | None = None
+        self._options: dict[str, Any] = {}
+        if isinstance(store, (str, os.PathLike)):
+            self._url, self._options = os.fspath(store), opts
+        elif inner is not store and inner.url is not None:  # an obstore store
+            self._url, self._options = inner.url, inner.open_options
         self.view = present(inner, mode)
         self.inner = inner
         self.mode = mode

@@ -19,7 +19,7 @@ from obstore import exceptions as obs_errors
 from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
 
 from asyncshard.backends.schemes import CLOUD_SCHEMES
-from asyncshard.errors import StoreConfigError
+from asyncshard.errors import StoreConfigError, UnknownOptionError
 
 #: Default coalescing caps for cloud stores; docs/cloud.md records the measurement.
 CLOUD_MAX_GAP = 256 * 1024
@@ -125,10 +125,23 @@ def client_options(
 
 
 def retry_options(options: Mapping[str, Any] | None, max_retries: int | None) -> dict[str, Any]:
-    """obstore ``RetryConfig``: asyncshard's defaults with the user's options over them."""
+    """obstore ``RetryConfig``: asyncshard's defaults with the user's options over them
+    (obstore ignores keys it does not know; they are refused here)."""
+    unknown = sorted(set(options or {}) - set(DEFAULT_RETRY))
+    backoff = (options or {}).get("backoff")
+    if isinstance(backoff, Mapping):
+        unknown += [f"backoff.{k}" for k in sorted(set(backoff) - set(DEFAULT_RETRY["backoff"]))]
+    if unknown:
+        raise UnknownOptionError(
+            f"unknown retry_config option(s) {unknown}; obstore takes "
+            f"{sorted(DEFAULT_RETRY)} and backoff's {sorted(DEFAULT_RETRY['backoff'])}",
+            unknown,
+        )
     retry: dict[str, Any] = {**DEFAULT_RETRY, **(options or {})}
     if max_retries is not None:
         retry["max_retries"] = max_retries
+    if not isinstance(retry["max_retries"], int) or retry["max_retries"] < 0:
+        raise StoreConfigError(f"max_retries must be an int >= 0, not {retry['max_retries']!r}")
     return retry
 
 
@@ -167,9 +180,10 @@ def build_obstore(
 ) -> Any:
     """The obstore store for ``target``; a refused option is a ``StoreConfigError``."""
     if target.kind == "http" and cfg:
-        raise StoreConfigError(
+        raise UnknownOptionError(
             f"unknown options for {target.url!r}: {sorted(cfg)} (http(s) stores take only "
-            "client_options, retry_config and the asyncshard options)"
+            "client_options, retry_config and the asyncshard options)",
+            sorted(cfg),
         )
     common: dict[str, Any] = {"client_options": client, "retry_config": retry}
     if credential_provider is not None:
@@ -187,7 +201,12 @@ def build_obstore(
     except (obs_errors.BaseError, ValueError, TypeError) as exc:
         # unknown option, a value of the wrong type, unreadable credentials, bad host...
         detail = " ".join(str(exc).split("\n\nDebug source:")[0].split())
-        raise StoreConfigError(f"{target.url}: cannot configure the store: {detail}") from exc
+        message = f"{target.url}: cannot configure the store: {detail}"
+        if isinstance(exc, obs_errors.UnknownConfigurationKeyError):
+            raise UnknownOptionError(message) from exc
+        if isinstance(exc, ValueError) and detail.startswith("Invalid key"):
+            raise UnknownOptionError(message + " (in client_options)") from exc
+        raise StoreConfigError(message) from exc
 
 
 def credential_source(

@@ -127,6 +127,25 @@ class CloudStore(Store):
             raise StoreConfigError(f"{url!r}: {exc}") from exc
         target = _config.parse_url(url)
         self._target = target
+        given = {
+            "max_gap": max_gap,
+            "max_request": max_request,
+            "max_concurrency": max_concurrency,
+            "allow_http": allow_http,
+            "max_retries": max_retries,
+            "timeout": timeout,
+            "connect_timeout": connect_timeout,
+            "conditional_writes": conditional_writes,
+            "listing": listing,
+            "forbidden_is_missing": forbidden_is_missing,
+            "client_options": client_options,
+            "retry_config": retry_config,
+            "credential_provider": credential_provider,
+            "multipart_threshold": multipart_threshold,
+            "config": config,
+            **backend_config,
+        }
+        self._open_options = {k: v for k, v in given.items() if v is not None}
         self.kind = target.kind
         self.bucket = target.bucket
         self.prefix = target.prefix
@@ -161,6 +180,11 @@ class CloudStore(Store):
     def url(self) -> str:
         """The URL the store was opened with."""
         return self._target.url
+
+    @property
+    def open_options(self) -> dict[str, Any]:
+        """The options the store was opened with."""
+        return dict(self._open_options)
 
     # -- capabilities -------------------------------------------------------------------
 

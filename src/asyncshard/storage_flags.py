@@ -1,0 +1,98 @@
+"""The storage flags every command takes: ``--endpoint``, ``--anon`` and ``-o KEY=VALUE``.
+
+They become the storage options of the options contract (docs/cloud.md), so the shell
+reaches exactly what the library reaches with the same options; obstore's environment
+variables keep working underneath.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import click
+
+from asyncshard.backends.registry import keyword_names, refuse_malformed_scheme
+from asyncshard.backends.schemes import CLOUD_SCHEMES
+
+__all__ = ["storage_flags", "storage_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: What ``--endpoint`` sets, per backend (obstore's names).
+_ENDPOINT_KEY = {"s3": "endpoint", "az": "endpoint", "gs": "base_url"}
+
+
+def storage_flags(func: F) -> F:
+    """Add ``--endpoint``, ``--anon`` and ``-o/--option`` to a click command; the command
+    receives them as ``endpoint``, ``anon`` and ``option``."""
+    decorators = [
+        click.option(
+            "--endpoint",
+            metavar="URL",
+            help="Address of an S3-compatible server (MinIO, SeaweedFS...), GCS or Azure emulator.",
+        ),
+        click.option(
+            "--anon",
+            is_flag=True,
+            help="Send unsigned requests (public buckets); no credentials are looked up.",
+        ),
+        click.option(
+            "-o",
+            "--option",
+            "option",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A storage option (obstore's names: region, access_key_id, ...; or "
+            "asyncshard's: max_retries, timeout, ...). Repeatable.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def storage_options(
+    url: str | None, endpoint: str | None, anon: bool, pairs: Sequence[str]
+) -> dict[str, Any]:
+    """The storage options the flags give for ``url``; ``click.UsageError`` if they do not
+    apply to it. Values of asyncshard's own options are JSON (``-o max_retries=3``,
+    ``-o client_options={"timeout":"5s"}``); obstore's stay strings."""
+    if url and "://" not in url:
+        refuse_malformed_scheme(url)  # s3:/bucket is a typo, not a local path
+    kind = CLOUD_SCHEMES.get(urlsplit(url).scheme.lower()) if url else None
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"-o takes KEY=VALUE, not {pair!r}")
+        options[key] = _value(key, value)
+    if endpoint is not None:
+        if kind not in _ENDPOINT_KEY:
+            raise click.UsageError("--endpoint applies to s3://, gs:// and az:// URLs")
+        options[_ENDPOINT_KEY[kind]] = endpoint
+    if anon:
+        if kind is None:
+            raise click.UsageError("--anon applies to cloud URLs (s3://, gs://, az://, http://)")
+        if kind != "http":  # plain HTTP requests are unsigned already
+            options["skip_signature"] = True
+    return options
+
+
+def _value(key: str, text: str) -> Any:
+    """``text`` as JSON for asyncshard's own (typed) options, else as it is."""
+    if key not in _typed_options():
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # a duration string such as 5s, or a path
+
+
+def _typed_options() -> set[str]:
+    from asyncshard.backends.cloud import CloudStore
+    from asyncshard.backends.local import LocalStore
+
+    return keyword_names(CloudStore, LocalStore) - {"url", "root", "config"}
