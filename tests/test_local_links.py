@@ -39,6 +39,8 @@ def swapped(tmp_path: Path) -> tuple[Path, Path]:
     (root / "dir" / "f").write_bytes(b"inside!")
     (outside / "dir").mkdir(parents=True)
     (outside / "dir" / "f").write_bytes(b"OUTSIDE")
+    for folder in (root, outside):  # never empty: a delete does not prune it
+        (folder / "dir" / "keep").write_bytes(b"")
     (root / "swap").symlink_to(outside / "dir")
     (root / "alias").symlink_to("dir/f")
     try:
@@ -90,3 +92,43 @@ async def test_swapped_folder_never_leaks_outside_bytes(
     assert outside == b"OUTSIDE", "a write went outside the root"
     assert leaked == 0, f"{leaked} of {reads} reads returned bytes from outside the root"
     assert not raw, f"{len(raw)} raw OSErrors escaped: {raw[:3]}"
+
+
+async def test_deletes_and_copies_stay_inside_a_swapped_folder(swapped: tuple[Path, Path]) -> None:
+    """Deletes remove, and copies read and create, only what lies inside the root."""
+    root, outside = swapped
+    store = LocalStore(root)
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    thread = ctx.Process(target=_swapper, args=(root, stop))  # no GIL between the two
+    thread.start()
+    raw: list[str] = []
+    ops = 0
+    deadline = time.monotonic() + 3.0
+    try:
+        while time.monotonic() < deadline:
+            for op in (
+                lambda: store.copy("dir/f", "copied"),  # reads through the swapped folder
+                lambda: store.copy("copied", "dir/g"),  # creates in it
+                lambda: store.copy_many([("dir/f", "copied"), ("copied", "dir/g")]),
+                lambda: store.erase_values(["dir/g"]),  # deletes in it
+                lambda: store.erase_values(["dir/f"]),
+                lambda: store.set("dir/f", b"inside!"),
+            ):
+                ops += 1
+                try:
+                    await op()
+                except AsyncShardError:
+                    continue
+                except OSError as exc:
+                    raw.append(repr(exc))
+            await asyncio.sleep(0)
+    finally:
+        stop.set()
+        thread.join()
+    real_outside = outside / "dir"
+    assert (real_outside / "f").read_bytes() == b"OUTSIDE", "a delete or write went outside"
+    assert not (real_outside / "g").exists(), "a copy created a file outside the root"
+    copied = root / "copied"
+    assert not copied.exists() or copied.read_bytes() != b"OUTSIDE", "outside bytes copied in"
+    assert not raw, f"{len(raw)} raw OSErrors escaped of {ops}: {raw[:3]}"

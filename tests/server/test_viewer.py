@@ -220,7 +220,9 @@ async def test_neuroglancer_through_the_unsharded_view(
     zarr = shard_reads(flat.log, f"/{ZARR_PATH}/c/")
     pre = shard_reads(flat.log, f"/{PRECOMPUTED_PATH}/{SCALE_KEY}/")
     for reads in (zarr, pre):
-        assert reads and all(r.status == 200 and r.range is None for r in reads), reads
+        # whole objects only; 304: the browser revalidated a whole object it had cached
+        odd = [r for r in reads if r.range is not None or r.status not in (200, 304)]
+        assert reads and not odd, odd
     coords = [tuple(int(c) for c in r.path.rsplit("/c/", 1)[1].split("/")) for r in zarr]
     assert max(max(c) for c in coords) > 1, "inner-chunk keys beyond the 2x2x2 shard grid"
     assert not any(r.path.endswith(".shard") for r in pre), "chunk names, not shard files"

@@ -672,41 +672,65 @@ class LocalStore(Store):
         """Copy by hard link: a new name for the same file, made atomically (a temp name
         renamed over ``target``). Safe because no write ever changes a file in place
         (every write is a new file renamed over the old one). Copies the bytes where
-        links are refused (another file system, a file system without links)."""
+        links are refused (another file system, a file system without links).
+
+        Both ends go through checked descriptors: the source file opened (and linked
+        through ``/proc/self/fd``) and the target folder, as for reads and writes."""
         resolve = self._resolve if folders is None else lambda k: self._batch_path(k, folders)
         src = resolve(source)
-        meta = self._meta_at(src, source)
-        if meta is None:
-            return None
-        path = resolve(target)
-        folder = os.path.dirname(path)
+        try:
+            sfd = _open_no_follow(src, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if _is_missing(exc):
+                return None
+            raise self._error(exc, source, "copy", src) from exc
+        try:
+            self._check_opened(sfd, source, close=False)
+            st = os.fstat(sfd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            try:
+                self._link_into(sfd, src, target, resolve(target))
+            except StoreBackendError:
+                if os.fstat(sfd).st_nlink == 0:
+                    return None  # deleted meanwhile
+                raise
+        finally:
+            os.close(sfd)
+        return st.st_size
+
+    def _link_into(self, sfd: int, src: str, target: str, path: str) -> None:
+        """Give the open file ``sfd`` the name ``target`` (resolved to ``path``)."""
+        folder, name = os.path.split(path)
         created: list[str] = []
-        tmp = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        tmp = f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        dfd: int | None = None
         try:
             self._make_folders(folder, created)
-            try:
-                os.link(src, tmp, follow_symlinks=False)
-            except FileNotFoundError:
-                raise
-            except OSError:  # EXDEV, EPERM, EMLINK...: copy the bytes instead
-                fd, tmp = self._create_temp(folder, created)
-                with open(src, "rb", opener=_open_no_follow) as f:
-                    self._write_data(fd, f.read())
-            with self._locked(folder):  # as every write: delete_if_match must not race it
-                os.replace(tmp, path)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)  # left by rename when target already was this very file
+            with self._locked(folder) as dfd:  # as every write: delete_if_match must not race
+                self._check_opened(dfd, target, close=False)
+                try:
+                    linked = f"/proc/self/fd/{sfd}" if _PROC_FD else src
+                    os.link(linked, tmp, dst_dir_fd=dfd, follow_symlinks=True)
+                except FileNotFoundError:
+                    raise
+                except OSError:  # EXDEV, EPERM, EMLINK...: copy the bytes instead
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                    tfd = os.open(tmp, flags, 0o644, dir_fd=dfd)
+                    with os.fdopen(os.dup(sfd), "rb") as f:
+                        f.seek(0)
+                        self._write_data(tfd, f.read())
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dfd)  # left when target already was this file
         except BaseException as exc:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(os.path.join(folder, tmp))
             if created:
                 self._prune(folder, top=min(created, key=len))
-            if isinstance(exc, FileNotFoundError) and not os.path.exists(src):
-                return None  # deleted meanwhile
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
                 raise self._write_error(exc, target, path) from exc
             raise
-        return meta.size
 
     async def _copy(self, source: str, target: str) -> int | None:
         return await asyncio.to_thread(self._link, source, target)
@@ -806,27 +830,43 @@ class LocalStore(Store):
                 return
             folder = os.path.dirname(folder)
 
-    def _unlink(self, key: str, folders: dict[str, str] | None = None) -> str | None:
+    def _open_folder(self, folder: str, key: str) -> int | None:
+        """The checked descriptor of ``folder`` (inside the root), ``None`` if missing."""
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            if _is_missing(exc) or exc.errno == errno.ENOTDIR:
+                return None
+            raise self._error(exc, key, "open", folder) from exc
+        self._check_opened(fd, key)
+        return fd
+
+    def _unlink(self, key: str, folders: dict[str, tuple[str, int | None]]) -> str | None:
         """Remove the object ``key``; the folder it was in, or ``None`` if it was missing.
 
-        ``folders`` caches resolved folders across one batch (one ``realpath`` per folder,
-        not per key)."""
+        The name is removed from the folder's open descriptor, checked to lie inside the
+        root, so a folder swapped for a link after it was resolved cannot lead outside.
+        ``folders`` caches each folder's path and descriptor across one batch (the caller
+        closes them): one ``realpath`` and one ``open`` per folder, not per key."""
         # The folder is resolved, the name is not: deleting a link removes the link.
         parent, _, name = key.rpartition("/")
-        folder = folders.get(parent) if folders is not None else None
-        if folder is None:
+        cached = folders.get(parent)
+        if cached is None:
             folder = self._resolve(parent) if parent else self._real_root()
-            if folders is not None:
-                folders[parent] = folder
-        path = os.path.join(folder, name)
+            cached = folders[parent] = (folder, self._open_folder(folder, key))
+        folder, dfd = cached
+        if dfd is None:
+            return None
         try:
-            os.unlink(path)
+            os.unlink(name, dir_fd=dfd)
         except OSError as exc:
             if _is_missing(exc):
                 return None
-            if isinstance(exc, PermissionError) and os.path.isdir(path):
-                return None  # macOS refuses to unlink a folder with EPERM; not an object
-            raise self._error(exc, key, "delete", path) from exc
+            if isinstance(exc, (IsADirectoryError, PermissionError)) and stat.S_ISDIR(
+                os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
+            ):
+                return None  # a folder is not an object (macOS says EPERM, Linux EISDIR)
+            raise self._error(exc, key, "delete", os.path.join(folder, name)) from exc
         return folder
 
     def _unlink_many(self, keys: Sequence[str]) -> None:
@@ -835,16 +875,21 @@ class LocalStore(Store):
         Every key is tried; the first failure is raised afterwards.
         """
         folders: set[str] = set()
-        resolved: dict[str, str] = {}
+        opened: dict[str, tuple[str, int | None]] = {}
         failure: AsyncShardError | None = None
-        for key in keys:
-            try:
-                folder = self._unlink(key, resolved)
-            except AsyncShardError as exc:
-                failure = failure or exc
-                continue
-            if folder is not None:
-                folders.add(folder)
+        try:
+            for key in keys:
+                try:
+                    folder = self._unlink(key, opened)
+                except AsyncShardError as exc:
+                    failure = failure or exc
+                    continue
+                if folder is not None:
+                    folders.add(folder)
+        finally:
+            for _, fd in opened.values():
+                if fd is not None:
+                    os.close(fd)
         for folder in sorted(folders, key=len, reverse=True):  # deepest first
             self._prune(folder)
         if failure is not None:
@@ -866,9 +911,10 @@ class LocalStore(Store):
         parent, _, name = key.rpartition("/")
         try:
             folder = self._resolve(parent) if parent else self._real_root()
-            with self._locked(folder):  # the lock conditional writes take: no write slips in
+            with self._locked(folder) as dfd:  # the lock of writes: no write slips in
+                self._check_opened(dfd, key, close=False)
                 check_condition(key, self._stat(key), version, False)
-                os.unlink(os.path.join(folder, name))
+                os.unlink(name, dir_fd=dfd)
         except OSError as exc:
             if _is_missing(exc):
                 raise ConflictError(f"{key}: object does not exist", key=key) from None
