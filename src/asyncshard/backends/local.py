@@ -39,10 +39,11 @@
 Links: every key is resolved (``realpath``) and refused unless it lies inside the root;
 the root is resolved once, as soon as it exists. Then the check is repeated on what was
 actually opened: the path of the open descriptor (``/proc/self/fd``) must lie inside the
-root, for reads (fast and slow path), heads, the temp file a write creates and the folder
-a write renames in (the rename goes through that folder's locked descriptor). So
-swapping a folder on the path for a link to outside, at any moment, cannot lead a read or
-a write outside; it makes the operation fail with a typed error. A link inside the root
+root, for reads (fast and slow path), heads, the temp file a write creates, the folder
+a write renames in (the rename goes through that folder's locked descriptor), the folder
+a delete unlinks from and both ends of a copy. So swapping a folder on the path for a
+link to outside, at any moment, cannot lead a read, write, delete or copy outside; it
+makes the operation fail with a typed error. A link inside the root
 to an object inside the root is an alias: reads and writes go to its target, a delete
 removes the link. Listings show only what the API accepts: regular files (or links to
 them inside the root) and folders whose names are valid key segments; links to folders
