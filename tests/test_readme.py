@@ -1,6 +1,7 @@
 """The README's self-contained Python examples run and print what their comments say.
 
-A block runs when it reaches no network (no cloud URL, no ``open_sharded`` of a bucket);
+A block runs here when it reaches no network (no cloud URL, no ``open_sharded`` of a bucket;
+the zarr-python examples run against the S3 test server in tests/cloud/test_readme_s3.py);
 its local paths are redirected into a temporary folder. Every ``print(...)  # X`` line
 must print exactly ``X``.
 """
