@@ -62,7 +62,7 @@ async def test_swapped_folder_never_leaks_outside_bytes(
 ) -> None:
     root, _ = swapped
     store = LocalStore(root)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # not fork: the test process has threads
     stop: Any = threading.Event() if swapper == "thread" else ctx.Event()
     thread: Any = (threading.Thread if swapper == "thread" else ctx.Process)(
         target=_swapper, args=(root, stop)
@@ -98,7 +98,7 @@ async def test_deletes_and_copies_stay_inside_a_swapped_folder(swapped: tuple[Pa
     """Deletes remove, and copies read and create, only what lies inside the root."""
     root, outside = swapped
     store = LocalStore(root)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # not fork: the test process has threads
     stop = ctx.Event()
     thread = ctx.Process(target=_swapper, args=(root, stop))  # no GIL between the two
     thread.start()
