@@ -91,7 +91,7 @@ def _value(key: str, text: str) -> Any:
         return text  # a duration string such as 5s, or a path
 
 
-def _typed_options() -> set[str]:
+def _typed_options() -> frozenset[str]:
     from asyncshard.backends.cloud import CloudStore
     from asyncshard.backends.local import LocalStore
 

@@ -345,6 +345,18 @@ class LocalStore(Store):
                 os.close(fd)
             raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
 
+    def _open_checked(self, path: str, key: str, action: str) -> int | None:
+        """Open the resolved ``path`` of ``key`` for reading (the last component not
+        followed) and check the descriptor lies inside the root; ``None`` if missing."""
+        try:
+            fd = _open_no_follow(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if _is_missing(exc):
+                return None
+            raise self._error(exc, key, action, path) from exc
+        self._check_opened(fd, key)
+        return fd
+
     def _file_in_the_way(self, key: str) -> str | None:
         """The key prefix of ``key`` that exists as a file, if any (for error messages)."""
         root = self._real_root()
@@ -411,14 +423,9 @@ class LocalStore(Store):
         if fd is None:
             return None
         if fd < 0:
-            path = path or self._resolve(key)
-            try:
-                fd = _open_no_follow(path, os.O_RDONLY)
-            except OSError as exc:
-                if _is_missing(exc):
-                    return None
-                raise self._error(exc, key, "read", path) from exc
-            self._check_opened(fd, key)
+            fd = self._open_checked(path or self._resolve(key), key, "read")
+            if fd is None:
+                return None
         try:
             found = _range_of(fd, key, byte_range, if_match)
             if found is None:
@@ -493,13 +500,9 @@ class LocalStore(Store):
 
     def _stat(self, key: str) -> ObjectMeta | None:
         path = self._resolve(key)
-        try:
-            fd = _open_no_follow(path, os.O_RDONLY)
-        except OSError as exc:
-            if _is_missing(exc):
-                return None
-            raise self._error(exc, key, "head", path) from exc
-        self._check_opened(fd, key)
+        fd = self._open_checked(path, key, "head")
+        if fd is None:
+            return None
         try:
             st = os.fstat(fd)
             return _meta(key, st, _token(fd)) if stat.S_ISREG(st.st_mode) else None
@@ -679,14 +682,10 @@ class LocalStore(Store):
         through ``/proc/self/fd``) and the target folder, as for reads and writes."""
         resolve = self._resolve if folders is None else lambda k: self._batch_path(k, folders)
         src = resolve(source)
+        sfd = self._open_checked(src, source, "copy")
+        if sfd is None:
+            return None
         try:
-            sfd = _open_no_follow(src, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if _is_missing(exc):
-                return None
-            raise self._error(exc, source, "copy", src) from exc
-        try:
-            self._check_opened(sfd, source, close=False)
             st = os.fstat(sfd)
             if not stat.S_ISREG(st.st_mode):
                 return None

@@ -6,6 +6,7 @@ takes a location hands it to :func:`open_store` or :func:`opened`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
@@ -80,15 +81,17 @@ def refuse_unknown(options: Mapping[str, Any], accepted: Collection[str], where:
         )
 
 
-def keyword_names(*callables: Callable[..., Any]) -> set[str]:
-    """The named keyword parameters of ``callables`` (what ``**options`` may carry on)."""
+@functools.cache
+def keyword_names(*callables: Callable[..., Any]) -> frozenset[str]:
+    """The named keyword parameters of ``callables`` (what ``**options`` may carry on);
+    computed once per set of callables, since every open asks."""
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return {
+    return frozenset(
         p.name
         for c in callables
         for p in inspect.signature(c).parameters.values()
         if p.kind in kinds and p.name != "self"
-    }
+    )
 
 
 def open_store(

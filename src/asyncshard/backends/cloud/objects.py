@@ -33,7 +33,7 @@ def local_root(obj: object) -> str | None:
 def obstore_location(obj: object) -> tuple[str, dict[str, Any]] | None:
     """``(url, CloudStore options)`` of an S3, GCS, Azure or HTTP obstore store, else ``None``."""
     if isinstance(obj, HTTPStore):
-        return obj.url, _shared(obj, config=False)
+        return obj.url, _shared(obj)
     if isinstance(obj, (S3Store, GCSStore)):
         config = _config(obj)
         scheme = "s3" if isinstance(obj, S3Store) else "gs"
@@ -52,7 +52,8 @@ def _config(obj: S3Store | GCSStore | AzureStore) -> dict[str, Any]:
     return {k: flags.get(v, v) if isinstance(v, str) else v for k, v in obj.config.items()}
 
 
-def _shared(obj: Any, *, config: bool = True) -> dict[str, Any]:
-    """The client options, retry configuration and credential provider that were set."""
-    names = ("client_options", "retry_config") + (("credential_provider",) if config else ())
+def _shared(obj: Any) -> dict[str, Any]:
+    """The client options, retry configuration and credential provider that were set
+    (an HTTP store has no credential provider)."""
+    names = ("client_options", "retry_config", "credential_provider")
     return {n: v for n in names if (v := getattr(obj, n, None)) is not None}
