@@ -30,11 +30,8 @@ from asyncshard.formats.precomputed.shard import (
 )
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import VolumeInfo, unsharded_info
-from asyncshard.formats.zarr3.metadata import (
-    parse_draft_transformer,
-    parse_zarr3_array,
-    unsharded_metadata,
-)
+from asyncshard.formats.zarr3.documents import unsharded_metadata
+from asyncshard.formats.zarr3.metadata import parse_draft_transformer, parse_zarr3_array
 from asyncshard.formats.zarr3.shard import IndexLayout, decode_index, decode_shard
 from tests.zarr.helpers import array_doc
 

@@ -187,7 +187,7 @@ class GetResult:
 
 
 def check_condition(
-    key: str, current: ObjectMeta | None, if_match: str | None, if_absent: bool
+    key: str, current: ObjectMeta | None, if_match: str | None, if_absent: bool = False
 ) -> None:
     """Raise ``ConflictError`` unless ``current`` satisfies the write/read condition."""
     if if_absent and current is not None:

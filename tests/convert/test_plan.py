@@ -17,7 +17,7 @@ from asyncshard.convert.plan import (
     plan_passes,
     resolve_target,
 )
-from asyncshard.formats.zarr3.metadata import ChunkKeyEncoding as Encoding
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding as Encoding
 from asyncshard.formats.zarr3.metadata import is_sharded
 
 ENCODINGS = [Encoding(k, s) for k in ("default", "v2") for s in ("/", ".")]
@@ -133,7 +133,7 @@ def _writers(tasks: list[Any], dst_layout: Any, src_layout: Any) -> dict[tuple[i
     count: dict[tuple[int, ...], int] = {}
     for task in tasks:
         if task.kind == "unpack":
-            lo, hi = src_layout.chunk_range(task.sources[0])
+            lo, hi = src_layout.grid.chunk_range(task.sources[0])
             targets = list(itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))))
         else:
             targets = [task.target]
@@ -170,7 +170,7 @@ def test_plan_pass_one_writer_per_object_and_every_chunk_once(
     ]
     for src_doc, dst_doc in itertools.permutations(docs, 2):
         src, dst = read_layout(src_doc), read_layout(dst_doc)
-        objects = {src.object_of(c) for c in stored} | {
+        objects = {src.grid.object_of(c)[0] for c in stored} | {
             tuple(g + 1 for g in src.object_grid) for _ in stale
         }
         if not src.sharded:
@@ -182,9 +182,11 @@ def test_plan_pass_one_writer_per_object_and_every_chunk_once(
         readers: dict[tuple[int, ...], int] = {}
         for task in tasks:
             for source in task.sources:
-                lo, hi = src.chunk_range(source)
+                lo, hi = src.grid.chunk_range(source)
                 for c in itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))):
-                    if c in stored and (task.target is None or dst.object_of(c) == task.target):
+                    if c in stored and (
+                        task.target is None or dst.grid.object_of(c)[0] == task.target
+                    ):
                         readers[c] = readers.get(c, 0) + 1
         assert readers == dict.fromkeys(stored, 1)
 

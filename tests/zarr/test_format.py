@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.errors import AsyncShardError, ChecksumError, CorruptShardError
-from asyncshard.formats.zarr3.metadata import ShardingLayout, parse_zarr3_array
+from asyncshard.formats.zarr3.grid import ShardingLayout
+from asyncshard.formats.zarr3.metadata import parse_zarr3_array
 from asyncshard.formats.zarr3.shard import (
     EMPTY,
     IndexLayout,
@@ -65,8 +66,8 @@ def read_array_from_shards(root: Path, layout: ShardingLayout, dtype: str) -> np
         key = layout.shard_key(shard)
         chunks = decode_shard(path.read_bytes(), layout.index, key=key)
         for pos, view in chunks.items():
-            coords = layout.chunk_coords(shard, pos)
-            assert layout.chunk_in_bounds(coords), f"{key}: chunk {coords} outside the array"
+            coords = layout.grid.chunk_coords(shard, pos)
+            assert layout.grid.chunk_in_bounds(coords), f"{key}: chunk {coords} outside the array"
             block = np.frombuffer(view, dtype=dtype).reshape(layout.chunk_shape)
             sel = tuple(
                 slice(c * n, min((c + 1) * n, s))
@@ -83,7 +84,7 @@ def write_array_as_shards(
     cs = layout.chunk_shape
     for shard in np.ndindex(*layout.shard_grid_shape):
         chunks: dict[tuple[int, ...], bytes] = {}
-        for coords in layout.chunks_in_shard(shard):
+        for coords in layout.grid.chunks_in_object(shard):
             block = np.zeros(cs, dtype=dtype)
             sel = tuple(
                 slice(c * n, min((c + 1) * n, s))
@@ -92,7 +93,7 @@ def write_array_as_shards(
             part = data[sel]
             block[tuple(slice(0, k) for k in part.shape)] = part
             if block.any():
-                chunks[layout.shard_of(coords)[1]] = block.astype(dtype).tobytes()
+                chunks[layout.grid.object_of(coords)[1]] = block.astype(dtype).tobytes()
         if chunks:
             path = root / layout.shard_key(shard)
             path.parent.mkdir(parents=True, exist_ok=True)

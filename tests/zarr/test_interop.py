@@ -167,8 +167,8 @@ def ts_inner_chunks(backend: Backend, store: ZarrShardedStore) -> dict[str, byte
             }
         ).result()
         for pos in itertools.product(*map(range, layout.chunks_per_shard)):
-            coords = layout.chunk_coords(shard, pos)
-            if not layout.chunk_in_bounds(coords):
+            coords = layout.grid.chunk_coords(shard, pos)
+            if not layout.grid.chunk_in_bounds(coords):
                 continue
             key = np.asarray(pos, dtype=">u4").tobytes()
             result = kv.read(key).result()

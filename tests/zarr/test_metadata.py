@@ -13,15 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidMetadataError
+from asyncshard.formats.zarr3.documents import sharded_metadata, unsharded_metadata
+from asyncshard.formats.zarr3.grid import ShardingLayout
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
 from asyncshard.formats.zarr3.metadata import (
     DRAFT_SHARDING_URI,
-    ChunkKeyEncoding,
-    ShardingLayout,
     is_sharded,
     parse_draft_transformer,
     parse_zarr3_array,
-    sharded_metadata,
-    unsharded_metadata,
 )
 from asyncshard.formats.zarr3.shard import IndexLayout, decode_shard, encode_shard
 from tests.zarr.test_format import sample, sharded_zarr_json
@@ -194,8 +193,8 @@ def test_parse_chunk_key_allows_coords_past_bounds() -> None:
     assert layout.parse_chunk_key("c/7/12345678901234567890") == (7, 12345678901234567890)
     # beyond 20 digits no uint64-shaped array has such a chunk: not a chunk key
     assert layout.parse_chunk_key("c/7/123456789012345678901") is None
-    assert layout.chunk_in_bounds((1, 1)) and not layout.chunk_in_bounds((2, 0))
-    assert layout.shard_in_bounds((0, 0)) and not layout.shard_in_bounds((0, 1))
+    assert layout.grid.chunk_in_bounds((1, 1)) and not layout.grid.chunk_in_bounds((2, 0))
+    assert layout.grid.object_in_bounds((0, 0)) and not layout.grid.object_in_bounds((0, 1))
 
 
 encodings = st.builds(
@@ -223,7 +222,7 @@ def test_zero_dimensional_keys() -> None:
     assert layout.index.n_chunks == 1 and layout.chunk_grid_shape == ()
     assert layout.locate("c") == ("c", ())
     assert layout.locate("c/0") is None
-    assert layout.chunks_in_shard(()) == [()]
+    assert layout.grid.chunks_in_object(()) == [()]
 
 
 def test_zero_dimensional_zarr_python_round_trip(tmp_path: Path) -> None:
@@ -245,14 +244,14 @@ def test_grid_shapes_and_edge_shards() -> None:
     layout = parse_zarr3_array(sharded_zarr_json([10, 7], [4, 6], [2, 3], "uint8"))
     assert layout.chunk_grid_shape == (5, 3)
     assert layout.shard_grid_shape == (3, 2)
-    assert layout.chunks_in_shard((0, 0)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert layout.chunks_in_shard((2, 1)) == [(4, 2)]
-    assert layout.chunks_in_shard((2, 0)) == [(4, 0), (4, 1)]
-    assert layout.chunks_in_shard((3, 0)) == []
-    assert layout.shard_of((4, 2)) == ((2, 1), (0, 0))
-    assert layout.chunk_coords((2, 1), (0, 0)) == (4, 2)
+    assert layout.grid.chunks_in_object((0, 0)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert layout.grid.chunks_in_object((2, 1)) == [(4, 2)]
+    assert layout.grid.chunks_in_object((2, 0)) == [(4, 0), (4, 1)]
+    assert layout.grid.chunks_in_object((3, 0)) == []
+    assert layout.grid.object_of((4, 2)) == ((2, 1), (0, 0))
+    assert layout.grid.chunk_coords((2, 1), (0, 0)) == (4, 2)
     with pytest.raises(ValueError):
-        layout.chunk_coords((0, 0), (2, 0))
+        layout.grid.chunk_coords((0, 0), (2, 0))
     with pytest.raises(ValueError):
         layout.chunk_key((1,))
     with pytest.raises(ValueError):
@@ -265,22 +264,22 @@ def test_grid_shapes_and_edge_shards() -> None:
 def test_empty_array_has_no_chunks() -> None:
     layout = parse_zarr3_array(sharded_zarr_json([0, 5], [4, 4], [2, 2], "uint8"))
     assert layout.chunk_grid_shape == (0, 3) and layout.shard_grid_shape == (0, 2)
-    assert layout.chunks_in_shard((0, 0)) == []
+    assert layout.grid.chunks_in_object((0, 0)) == []
 
 
 def test_split_chunk_coords_vectorised() -> None:
     layout = parse_zarr3_array(sharded_zarr_json([100, 100, 100], [12, 10, 8], [4, 5, 2], "u1"))
     rng = np.random.default_rng(0)
     coords = rng.integers(0, 25, size=(200, 3))
-    shards, positions = layout.split_chunk_coords(coords)
+    shards, positions = layout.grid.split_chunk_coords(coords)
     for c, s, p in zip(coords.tolist(), shards.tolist(), positions.tolist(), strict=True):
-        assert layout.shard_of(c) == (tuple(s), tuple(p))
+        assert layout.grid.object_of(c) == (tuple(s), tuple(p))
     with pytest.raises(ValueError):
-        layout.split_chunk_coords([[-1, 0, 0]])
+        layout.grid.split_chunk_coords([[-1, 0, 0]])
     with pytest.raises(ValueError):
-        layout.split_chunk_coords([1, 2, 3])
+        layout.grid.split_chunk_coords([1, 2, 3])
     scalar = parse_zarr3_array(sharded_zarr_json([], [], [], "uint8"))
-    shards, positions = scalar.split_chunk_coords(np.zeros((3, 0), dtype=np.int64))
+    shards, positions = scalar.grid.split_chunk_coords(np.zeros((3, 0), dtype=np.int64))
     assert shards.shape == positions.shape == (3, 0)
 
 
@@ -539,7 +538,7 @@ def test_unshard_zarr_python_array_by_hand(tmp_path: Path) -> None:
         if not path.exists():
             continue
         for pos, view in decode_shard(path.read_bytes(), layout.index).items():
-            out = dst / flat_layout.encode(layout.chunk_coords(shard, pos))
+            out = dst / flat_layout.encode(layout.grid.chunk_coords(shard, pos))
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(view)
     np.testing.assert_array_equal(zarr.open_array(str(dst), mode="r")[...], data)
@@ -564,10 +563,10 @@ def test_shard_flat_zarr_python_array_by_hand(tmp_path: Path) -> None:
     (dst / "zarr.json").write_text(json.dumps(doc))
     for shard in np.ndindex(*layout.shard_grid_shape):
         chunks = {}
-        for coords in layout.chunks_in_shard(shard):
+        for coords in layout.grid.chunks_in_object(shard):
             flat_path = tmp_path / "s" / layout.chunk_key(coords)
             if flat_path.exists():
-                chunks[layout.shard_of(coords)[1]] = flat_path.read_bytes()
+                chunks[layout.grid.object_of(coords)[1]] = flat_path.read_bytes()
         if chunks:
             out = dst / layout.shard_key(shard)
             out.parent.mkdir(parents=True, exist_ok=True)

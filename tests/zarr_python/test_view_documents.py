@@ -10,7 +10,7 @@ import pytest
 
 from asyncshard.backends import MemoryStore
 from asyncshard.errors import ConflictError, InvalidMetadataError
-from asyncshard.formats.zarr3.metadata import unsharded_metadata
+from asyncshard.formats.zarr3.documents import unsharded_metadata
 from asyncshard.views import UnshardedView
 from asyncshard.views import unsharded as unsharded_module
 from tests.zarr_python.helpers import sharded_doc

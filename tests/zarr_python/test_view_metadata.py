@@ -16,12 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.formats.zarr3.metadata import (
-    MAPPED_MEMBERS,
-    map_back_metadata,
-    parse_zarr3_array,
-    unsharded_metadata,
-)
+from asyncshard.formats.zarr3.documents import MAPPED_MEMBERS, map_back_metadata, unsharded_metadata
+from asyncshard.formats.zarr3.metadata import parse_zarr3_array
 from tests.zarr_python.helpers import sharded_doc
 
 INNER_CODECS = [

@@ -33,7 +33,7 @@ from asyncshard.convert.report import (
 from asyncshard.convert.session import run_sync
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError, InvalidMetadataError
-from asyncshard.formats.zarr3.metadata import Separator
+from asyncshard.formats.zarr3.keys import Separator
 from asyncshard.sharding.common import read_json
 from asyncshard.storage_flags import storage_flags, storage_options
 

@@ -14,20 +14,15 @@ conversions write the new layout under such a disjoint encoding (see
 from __future__ import annotations
 
 import copy
-import math
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from asyncshard.formats.zarr3.metadata import (
-    ChunkKeyEncoding,
-    Coords,
-    ShardingLayout,
-    is_sharded,
-    parse_zarr3_array,
-    sharded_metadata,
-    unsharded_metadata,
-)
+from asyncshard.formats.zarr3.documents import sharded_metadata, unsharded_metadata
+from asyncshard.formats.zarr3.grid import ChunkGrid, ShardingLayout
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords
+from asyncshard.formats.zarr3.metadata import is_sharded, parse_zarr3_array
 from asyncshard.formats.zarr3.shard import IndexArray, IndexLayout, chunk_slices, index_byte_range
 from asyncshard.ranges import ByteRange, Range, Suffix
 
@@ -108,15 +103,20 @@ class ArrayLayout:
         """Chunks per object along each dimension (all ones for a flat array)."""
         return self.chunks_per_shard or (1,) * self.ndim
 
+    @functools.cached_property
+    def grid(self) -> ChunkGrid:
+        """The chunk arithmetic: the (inner) chunk grid and the object grid over it."""
+        return ChunkGrid(self.shape, self.chunk_shape, self.cps)
+
     @property
     def chunk_grid(self) -> Coords:
         """Number of (inner) chunks along each dimension."""
-        return tuple(-(-s // c) for s, c in zip(self.shape, self.chunk_shape, strict=True))
+        return self.grid.chunk_grid
 
     @property
     def object_grid(self) -> Coords:
         """Number of objects (chunks or shards) along each dimension."""
-        return tuple(-(-g // n) for g, n in zip(self.chunk_grid, self.cps, strict=True))
+        return self.grid.object_grid
 
     @property
     def keys(self) -> ChunkKeyEncoding:
@@ -131,36 +131,9 @@ class ArrayLayout:
         """Object coords named by a full key (syntax only, bounds not checked)."""
         return self.keys.decode(key, self.ndim)
 
-    def object_in_bounds(self, coords: Sequence[int]) -> bool:
-        """Whether the object at ``coords`` overlaps the array."""
-        return all(0 <= c < g for c, g in zip(coords, self.object_grid, strict=True))
-
-    def chunk_in_bounds(self, coords: Sequence[int]) -> bool:
-        """Whether the (inner) chunk at ``coords`` overlaps the array."""
-        return all(0 <= c < g for c, g in zip(coords, self.chunk_grid, strict=True))
-
     def manifest_key(self, chunk: Sequence[int]) -> str:
         """The chunk key of ``chunk`` as listed in the manifest (relative to the array)."""
         return self.encoding.encode(chunk)
-
-    def object_of(self, chunk: Sequence[int]) -> Coords:
-        """Object coords holding the (inner) chunk at ``chunk``."""
-        return tuple(c // n for c, n in zip(chunk, self.cps, strict=True))
-
-    def position(self, chunk: Sequence[int]) -> Coords:
-        """Position of an inner chunk within its shard."""
-        return tuple(c % n for c, n in zip(chunk, self.cps, strict=True))
-
-    def chunk_range(self, obj: Sequence[int]) -> tuple[Coords, Coords]:
-        """``[lo, hi)`` of the chunk grid covered by an object, clipped to the array."""
-        lo = tuple(o * n for o, n in zip(obj, self.cps, strict=True))
-        hi = tuple(min(a + n, g) for a, n, g in zip(lo, self.cps, self.chunk_grid, strict=True))
-        return lo, hi
-
-    @property
-    def chunks_per_object(self) -> int:
-        """Chunks per object (1 for a flat array)."""
-        return math.prod(self.cps)
 
     def index_request(self) -> ByteRange:
         """The byte range to read to get a shard's index (a suffix when it is at the end)."""
@@ -173,12 +146,8 @@ class ArrayLayout:
 
     def present_chunks(self, shard: Coords, index: IndexArray) -> list[Coords]:
         """Chunk coordinates of a shard that its decoded ``index`` holds, inside the array."""
-        base = tuple(s * n for s, n in zip(shard, self.cps, strict=True))
-        chunks = (
-            tuple(b + p for b, p in zip(base, pos, strict=True))
-            for pos, _, _ in chunk_slices(index)
-        )
-        return [c for c in chunks if self.chunk_in_bounds(c)]
+        chunks = (self.grid.chunk_coords(shard, pos) for pos, _, _ in chunk_slices(index))
+        return [c for c in chunks if self.grid.chunk_in_bounds(c)]
 
     def sharding(self) -> ShardingLayout:
         """The :class:`ShardingLayout` of a sharded layout (for :class:`ZarrShardedStore`)."""

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, ArrayLayout
 from asyncshard.convert.tasks import read_present_chunks
-from asyncshard.formats.zarr3.metadata import Coords
+from asyncshard.formats.zarr3.keys import Coords
 from asyncshard.store import Store
 
 __all__ = [
@@ -172,7 +172,7 @@ async def stored_chunks(store: Store, layout: ArrayLayout) -> list[Coords]:
     objects = []
     async for key in store.list_prefix(layout.prefix):
         coords = layout.parse_object_key(key)
-        if coords is not None and layout.object_in_bounds(coords):
+        if coords is not None and layout.grid.object_in_bounds(coords):
             objects.append(coords)
     if not layout.sharded:
         return sorted(objects)

@@ -31,7 +31,7 @@ from asyncshard.convert.layout import (
     retarget,
 )
 from asyncshard.convert.runner import Task, TaskKind
-from asyncshard.formats.zarr3.metadata import ChunkKeyEncoding, Coords, Separator
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords, Separator
 
 __all__ = [
     "Request",
@@ -159,7 +159,7 @@ def plan_pass(
     if src.chunk_shape != dst.chunk_shape or src.shape != dst.shape:
         raise ValueError("source and target layouts differ in shape or chunk shape")
     found = sorted(set(src_objects))
-    inside = [o for o in found if src.object_in_bounds(o)]
+    inside = [o for o in found if src.grid.object_in_bounds(o)]
     ignored = len(found) - len(inside)
     done = set(dst_objects)
     if src.sharded == dst.sharded and src.cps == dst.cps and src.index == dst.index:
@@ -174,20 +174,20 @@ def plan_pass(
     if not src.sharded:  # flat -> sharded
         groups: dict[Coords, list[Coords]] = {}
         for chunk in inside:
-            groups.setdefault(dst.object_of(chunk), []).append(chunk)
+            groups.setdefault(dst.grid.object_of(chunk)[0], []).append(chunk)
         return [_target_task("pack", t, tuple(c), done) for t, c in sorted(groups.items())], ignored
     if not dst.sharded:  # sharded -> flat
         tasks: list[Task[Coords]] = []
         for shard in inside:
-            lo, hi = src.chunk_range(shard)
+            lo, hi = src.grid.chunk_range(shard)
             existing = tuple(c for c in _boxes(lo, hi) if c in done) if done else ()
             tasks.append(Task("unpack", None, (shard,), existing))
         return tasks, ignored
     feeds: dict[Coords, list[Coords]] = {}  # sharded -> sharded, other shard shape
     for shard in inside:
-        lo, hi = src.chunk_range(shard)
-        t_lo = dst.object_of(lo)
-        t_hi = tuple(o + 1 for o in dst.object_of(tuple(h - 1 for h in hi)))
+        lo, hi = src.grid.chunk_range(shard)
+        t_lo = dst.grid.object_of(lo)[0]
+        t_hi = tuple(o + 1 for o in dst.grid.object_of(tuple(h - 1 for h in hi))[0])
         for target in _boxes(t_lo, t_hi):
             feeds.setdefault(target, []).append(shard)
     return [_target_task("repack", t, tuple(s), done) for t, s in sorted(feeds.items())], ignored

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from asyncshard.formats.zarr3.metadata import Coords
+from asyncshard.formats.zarr3.keys import Coords
 
 __all__ = [
     "ArrayReport",

@@ -25,7 +25,7 @@ from asyncshard.convert.report import TaskResult
 from asyncshard.convert.runner import PassSpec, Task
 from asyncshard.formats.precomputed.shard import build_shard, decode_chunk_data, split_shard
 from asyncshard.formats.precomputed.volume import Scale
-from asyncshard.formats.zarr3.metadata import Coords
+from asyncshard.formats.zarr3.keys import Coords
 from asyncshard.formats.zarr3.shard import decode_index, decode_shard, encode_shard
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Data, Store
@@ -159,7 +159,7 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
-        return encode_shard({self.dst.position(c): v for c, v in chunks}, self.dst.index)
+        return encode_shard({self.dst.grid.object_of(c)[1]: v for c, v in chunks}, self.dst.index)
 
     def split(self, source: Coords, key: str, shard: Data) -> list[tuple[Coords, BytesLike]]:
         src = self.src
@@ -168,7 +168,7 @@ class ZarrExecutor(ChunkMover[Coords]):
         out: list[tuple[Coords, BytesLike]] = []
         for pos, view in decode_shard(shard, src.index, key=key).items():
             chunk = tuple(b + p for b, p in zip(base, pos, strict=True))
-            if src.chunk_in_bounds(chunk):
+            if src.grid.chunk_in_bounds(chunk):
                 out.append((chunk, view))
         return out
 
@@ -194,12 +194,12 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     async def _repack(self, task: Task[Coords]) -> TaskResult:
         assert task.target is not None
-        lo, hi = self.dst.chunk_range(task.target)
+        lo, hi = self.dst.grid.chunk_range(task.target)
         feeding = set(task.sources)
         chunks = [
             c
             for c in itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True)))
-            if self.src.object_of(c) in feeding
+            if self.src.grid.object_of(c)[0] in feeding
         ]
         values = await self.sharded_src.get_partial_values(
             [(self.src.object_key(c), None) for c in chunks]

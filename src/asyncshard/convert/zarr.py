@@ -87,7 +87,7 @@ from asyncshard.convert.session import blocking, fold_storage_options, write_jso
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.vectors import Role, VectorRoles
 from asyncshard.errors import InvalidMetadataError, NothingToConvertError, ShardShapeError
-from asyncshard.formats.zarr3.metadata import Coords, Separator
+from asyncshard.formats.zarr3.keys import Coords, Separator
 from asyncshard.sharding.common import read_json_versioned
 from asyncshard.store import Store
 

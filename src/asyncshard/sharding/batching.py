@@ -12,11 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+__all__ = ["Batcher", "group_by"]
+
+
+def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """``items`` grouped by ``key`` (groups and their members in first-seen order)."""
+    groups: dict[K, list[T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 class Batcher(Generic[Req, Res]):
@@ -67,11 +79,8 @@ class Batcher(Generic[Req, Res]):
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
-        groups: dict[Hashable, list[tuple[Req, asyncio.Future[Res]]]] = {}
-        for item in pending:
-            if not item[1].done():
-                groups.setdefault(self._group(item[0]), []).append(item)
-        for items in groups.values():
+        live = (item for item in pending if not item[1].done())
+        for items in group_by(live, lambda item: self._group(item[0])).values():
             task = asyncio.ensure_future(self._run(items))
             for _, future in items:
                 self._running[future] = task

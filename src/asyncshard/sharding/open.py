@@ -27,7 +27,7 @@ async def open_sharded(
     *,
     storage_options: Mapping[str, Any] | None = None,
     **options: Any,
-) -> ShardedAdapter:
+) -> ShardedAdapter[Any]:
     """Open the sharded dataset at ``path`` of a store URL (or Store).
 
     * a folder with ``zarr.json`` (or draft transformer metadata): its sharded Zarr array,

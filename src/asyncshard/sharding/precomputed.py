@@ -52,11 +52,11 @@ from asyncshard.formats.precomputed.shard import (
 from asyncshard.formats.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
 from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.ranges import Range
+from asyncshard.sharding.batching import group_by
 from asyncshard.sharding.common import read_json
 from asyncshard.sharding.engine import (
     DEFAULT_RECHECK_AFTER,
     MISS,
-    Chunk,
     ChunkRead,
     Found,
     IndexIO,
@@ -122,7 +122,7 @@ class _Minishard:
         return 3 * self.index.ids.nbytes + 100 * len(self.where)
 
 
-class PrecomputedFormat(ShardFormat):
+class PrecomputedFormat(ShardFormat[int, "_ShardIndex"]):
     """The sharding of one precomputed directory; chunks are chunk ids (ints).
 
     Args:
@@ -175,11 +175,11 @@ class PrecomputedFormat(ShardFormat):
             name = self._shard_names[shard] = self.base + self.spec.shard_filename(shard)
         return name
 
-    def locate(self, key: str) -> Location | None:
+    def locate(self, key: str) -> Location[int] | None:
         chunk_id = self.chunk_id(key)
         return None if chunk_id is None else Location(self.shard_key(chunk_id), chunk_id)
 
-    def locate_many(self, keys: Sequence[str]) -> list[Location | None]:
+    def locate_many(self, keys: Sequence[str]) -> list[Location[int] | None]:
         if len(keys) < _VECTOR_MIN:
             return [self.locate(k) for k in keys]
         ids = [self.chunk_id(k) for k in keys]
@@ -187,7 +187,7 @@ class PrecomputedFormat(ShardFormat):
         shards = iter(self.spec.shard_and_minishard(as_uint64_array(present))[0].tolist())
         return [None if i is None else Location(self._shard_key(next(shards)), i) for i in ids]
 
-    def locate_ids(self, chunk_ids: Sequence[int]) -> list[Location]:
+    def locate_ids(self, chunk_ids: Sequence[int]) -> list[Location[int]]:
         """Locations of chunk ids (hashed in one vectorised call for large batches)."""
         if len(chunk_ids) < _VECTOR_MIN:
             return [Location(self.shard_key(i), i) for i in chunk_ids]
@@ -206,7 +206,7 @@ class PrecomputedFormat(ShardFormat):
             return False
         return self.spec.parse_shard_filename(rel) is not None
 
-    def is_whole(self, shard_key: str, chunks: Collection[Chunk]) -> bool:
+    def is_whole(self, shard_key: str, chunks: Collection[int]) -> bool:
         """With a volume scale, whether ``chunks`` are every chunk id of the scale that
         hashes to this shard (counted once per scale by hashing every grid position;
         grids over :data:`MAX_COUNTED_CHUNKS` chunks are not counted: never whole)."""
@@ -282,9 +282,9 @@ class PrecomputedFormat(ShardFormat):
         return None if entry.value is None else entry.value.index
 
     def lookup(
-        self, io: IndexIO, shard_key: str, index: Any, chunk: Chunk
+        self, io: IndexIO, shard_key: str, index: _ShardIndex, chunk: int
     ) -> tuple[int, int] | Miss | None:
-        shard_index: _ShardIndex = index
+        shard_index = index
         _, minishard = self.spec.shard_and_minishard_of(chunk)
         start, end = minishard_index_range(shard_index.table, minishard)
         if start == end:
@@ -303,15 +303,14 @@ class PrecomputedFormat(ShardFormat):
             return minishards
         return [self.spec.shard_and_minishard_of(i)[1] for i in chunk_ids]
 
-    async def find(self, io: IndexIO, shard_key: str, chunks: Sequence[Chunk]) -> Found:
+    async def find(self, io: IndexIO, shard_key: str, chunks: Sequence[int]) -> Found[int]:
         entry = await self._index(io, shard_key)
         if entry.missing:
             return Found(False, None, {}, entry.loaded_at)
         index: _ShardIndex = entry.value
         ids: list[int] = list(chunks)
-        groups: dict[int, list[int]] = {}
-        for chunk_id, minishard in zip(ids, self._minishards(ids), strict=True):
-            groups.setdefault(minishard, []).append(chunk_id)
+        pairs = zip(ids, self._minishards(ids), strict=True)
+        groups = {m: [i for i, _ in p] for m, p in group_by(pairs, lambda p: p[1]).items()}
         if len(groups) == 1:
             [(minishard, members)] = groups.items()
             minis = [await self._minishard(io, shard_key, index, minishard)]
@@ -319,7 +318,7 @@ class PrecomputedFormat(ShardFormat):
             minis = await asyncio.gather(
                 *(self._minishard(io, shard_key, index, m) for m in groups)
             )
-        entries: dict[Chunk, tuple[int, int]] = {}
+        entries: dict[int, tuple[int, int]] = {}
         for members, mini in zip(groups.values(), minis, strict=True):
             if mini is None:
                 continue
@@ -328,7 +327,7 @@ class PrecomputedFormat(ShardFormat):
                     entries[chunk_id] = where
         return Found(True, index.version, entries, entry.loaded_at)
 
-    async def chunks_in(self, io: IndexIO, shard_key: str) -> list[Chunk]:
+    async def chunks_in(self, io: IndexIO, shard_key: str) -> list[int]:
         entry = await self._index(io, shard_key)
         if entry.missing:
             return []
@@ -336,7 +335,7 @@ class PrecomputedFormat(ShardFormat):
         nonempty = np.flatnonzero(index.table[:, 0] != index.table[:, 1]).tolist()
         minis = await asyncio.gather(*(self._minishard(io, shard_key, index, m) for m in nonempty))
         shard = self._shard_number(shard_key)
-        out: list[Chunk] = []
+        out: list[int] = []
         for minishard, mini in zip(nonempty, minis, strict=True):
             if mini is not None:
                 check_placement(mini, self.spec, shard, minishard, key=shard_key)
@@ -345,12 +344,11 @@ class PrecomputedFormat(ShardFormat):
 
     # -- shards and chunks --------------------------------------------------------------
 
-    def split(self, shard_key: str, shard: memoryview) -> dict[Chunk, memoryview]:
+    def split(self, shard_key: str, shard: memoryview) -> dict[int, memoryview]:
         return dict(split_shard(shard, self.spec, self._shard_number(shard_key), key=shard_key))
 
-    def build(self, shard_key: str, chunks: Mapping[Chunk, BytesLike]) -> bytes:
-        by_id: Mapping[Any, BytesLike] = chunks
-        return build_shard(by_id, self._prebuilt)
+    def build(self, shard_key: str, chunks: Mapping[int, BytesLike]) -> bytes:
+        return build_shard(chunks, self._prebuilt)
 
     def empty_shard(self) -> bytes:
         return bytes(shard_index_nbytes(self.spec))
@@ -358,15 +356,15 @@ class PrecomputedFormat(ShardFormat):
     def encode(self, raw: BytesLike) -> BytesLike:
         return encode_chunk_data(raw, self.spec)
 
-    def decode(self, stored: BytesLike, shard_key: str, chunk: Chunk) -> Data:
+    def decode(self, stored: BytesLike, shard_key: str, chunk: int) -> Data:
         return decode_chunk_data(stored, self.spec, key=shard_key, max_nbytes=self.max_chunk_nbytes)
 
-    def decoded_limit(self, chunk: Chunk) -> int:
+    def decoded_limit(self, chunk: int) -> int:
         return self.max_chunk_nbytes
 
     # -- listing ----------------------------------------------------------------------
 
-    def chunk_key(self, shard_key: str, chunk: Chunk) -> str | None:
+    def chunk_key(self, shard_key: str, chunk: int) -> str | None:
         chunk_id: int = chunk
         if self.names is None:
             return str(chunk_id)
@@ -379,7 +377,7 @@ class PrecomputedFormat(ShardFormat):
         return self.base + prefix if "/" in prefix else self.base
 
 
-class Uint64ShardedStore(ShardedAdapter):
+class Uint64ShardedStore(ShardedAdapter[int]):
     """A Store whose keys are the chunks of a ``neuroglancer_uint64_sharded_v1`` directory.
 
     Args:
@@ -478,7 +476,7 @@ class Uint64ShardedStore(ShardedAdapter):
             raise ValueError(f"chunk id {chunk_id} is not a uint64")
         self.stats.requests["get"] += 1
         read = ChunkRead(str(chunk_id), self.shard_key(chunk_id), chunk_id, None, None)
-        result = await self._read_one(read)
+        result = await self.reads.read_one(read)
         if result is None:
             return None
         self.stats.bytes_returned += len(result.data)
@@ -493,18 +491,15 @@ class Uint64ShardedStore(ShardedAdapter):
             ChunkRead(str(i), loc.shard_key, i, None, None)
             for i, loc in zip(ids, locs, strict=True)
         ]
-        results = await self._read_many(reads)
+        results = await self.reads.read_many(reads)
         out = {i: bytes(r.data) for i, r in zip(ids, results, strict=True) if r is not None}
         self.stats.bytes_returned += sum(map(len, out.values()))
         return out
 
     # -- int-keyed writes -------------------------------------------------------------
 
-    def _by_shard(self, chunk_ids: Sequence[int]) -> dict[str, list[int]]:
-        groups: dict[str, list[int]] = {}
-        for chunk_id, loc in zip(chunk_ids, self.precomputed.locate_ids(chunk_ids), strict=True):
-            groups.setdefault(loc.shard_key, []).append(chunk_id)
-        return groups
+    def _by_shard(self, chunk_ids: Sequence[int]) -> dict[str, list[Location[int]]]:
+        return group_by(self.precomputed.locate_ids(chunk_ids), lambda loc: loc.shard_key)
 
     async def set_chunks(
         self, chunks: Mapping[int, BytesLike], *, replace_shards: bool = False
@@ -518,8 +513,11 @@ class Uint64ShardedStore(ShardedAdapter):
         self.stats.requests["put"] += len(chunks)
         self.stats.bytes_written += sum(len(v) for v in chunks.values())
         groups = self._by_shard(self._ids(chunks))
-        triples = {s: [(str(i), i, chunks[i]) for i in ids] for s, ids in groups.items()}
-        await settle(self._chunk_writes(triples, replace=replace_shards))
+        triples = {
+            s: [(str(loc.chunk), loc.chunk, chunks[loc.chunk]) for loc in locs]
+            for s, locs in groups.items()
+        }
+        await settle(self.writes.chunk_writes(triples, replace=replace_shards))
 
     async def write_shards(self, chunks: Mapping[int, BytesLike]) -> None:
         """Write whole shards without reading: each shard holding one of ``chunks`` is
@@ -535,7 +533,8 @@ class Uint64ShardedStore(ShardedAdapter):
         ids = self._ids(chunk_ids)
         self.stats.requests["delete"] += len(ids)
         groups = self._by_shard(ids)
-        await settle(self._chunk_erases({s: [(str(i), i) for i in m] for s, m in groups.items()}))
+        erases = {s: [(str(loc.chunk), loc.chunk) for loc in m] for s, m in groups.items()}
+        await settle(self.writes.chunk_erases(erases))
 
     # -- listing ----------------------------------------------------------------------
 
@@ -547,5 +546,5 @@ class Uint64ShardedStore(ShardedAdapter):
             async for key in self.inner.list_prefix(self.precomputed.base)
             if self.precomputed.is_shard(key)
         ]
-        chunks = await self._expand_chunks(shard_keys)
+        chunks = await self.listing.chunks(shard_keys)
         return sorted(chunk_id for _, chunk_id in chunks)

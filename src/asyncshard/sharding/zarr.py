@@ -15,21 +15,17 @@ shards are compacted with their chunks in Morton order (what zarr-python writes)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
 from asyncshard.cache import CacheEntry, IndexCache
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.formats.zarr3.metadata import (
-    ShardingLayout,
-    is_sharded,
-    parse_draft_transformer,
-    parse_zarr3_array,
-)
+from asyncshard.formats.zarr3.grid import ShardingLayout
+from asyncshard.formats.zarr3.metadata import is_sharded, parse_draft_transformer, parse_zarr3_array
 from asyncshard.formats.zarr3.shard import (
     EMPTY,
+    IndexArray,
     chunk_slices,
     decode_index,
     decode_shard,
@@ -42,7 +38,6 @@ from asyncshard.ranges import ByteRange, Range, Suffix
 from asyncshard.sharding.common import read_json
 from asyncshard.sharding.engine import (
     DEFAULT_RECHECK_AFTER,
-    Chunk,
     Found,
     IndexIO,
     Location,
@@ -51,10 +46,13 @@ from asyncshard.sharding.engine import (
 )
 from asyncshard.store import BytesLike, Store
 
-__all__ = ["ZarrFormat", "ZarrShardedStore", "open_zarr_sharded"]
+__all__ = ["Position", "ZarrFormat", "ZarrShardedStore", "open_zarr_sharded"]
+
+#: A chunk's position in its shard (one coordinate per dimension).
+Position = tuple[int, ...]
 
 
-class ZarrFormat(ShardFormat):
+class ZarrFormat(ShardFormat[Position, IndexArray]):
     """The Zarr sharding layout of one array: chunks are positions in their shard."""
 
     kind: ClassVar[str] = "zarr"
@@ -64,43 +62,36 @@ class ZarrFormat(ShardFormat):
         self.write_order = write_order
         enc = layout.key_encoding
         self._chunk_root = enc.prefix + ("c" if enc.kind != "v2" else "")
-        self._cps = layout.chunks_per_shard
-        self._grid = layout.chunk_grid_shape
+        self._grid = layout.grid
 
     # -- keys -------------------------------------------------------------------------
 
-    def locate(self, key: str) -> Location | None:
-        layout = self.layout
-        coords = layout.parse_chunk_key(key)
+    def locate(self, key: str) -> Location[Position] | None:
+        coords = self.layout.parse_chunk_key(key)
         if coords is None:
             return None
-        shard = tuple(c // n for c, n in zip(coords, self._cps, strict=True))
-        position = tuple(c % n for c, n in zip(coords, self._cps, strict=True))
-        inside = all(c < g for c, g in zip(coords, self._grid, strict=True))
-        return Location(layout.key_encoding.encode(shard), position, inside)
+        shard, position = self._grid.object_of(coords)
+        inside = self._grid.chunk_in_bounds(coords)
+        return Location(self.layout.key_encoding.encode(shard), position, inside)
 
     def is_shard(self, inner_key: str) -> bool:
         shard = self.layout.parse_shard_key(inner_key)
-        return shard is not None and self.layout.shard_in_bounds(shard)
+        return shard is not None and self._grid.object_in_bounds(shard)
 
-    def is_whole(self, shard_key: str, chunks: Collection[Chunk]) -> bool:
+    def is_whole(self, shard_key: str, chunks: Collection[Position]) -> bool:
         """Whether ``chunks`` include every in-bounds position of the shard."""
         shard = self.layout.parse_shard_key(shard_key)
-        if shard is None:
-            return False
-        grid, cps = self.layout.chunk_grid_shape, self.layout.chunks_per_shard
-        extent = [max(0, min(n, g - s * n)) for s, n, g in zip(shard, cps, grid, strict=True)]
-        total = math.prod(extent)
-        inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in chunks)
-        return total > 0 and inside >= total
+        return shard is not None and self._grid.holds_all(shard, chunks)
 
     # -- indexes ----------------------------------------------------------------------
 
-    async def find(self, io: IndexIO, shard_key: str, chunks: Sequence[Chunk]) -> Found:
+    async def find(
+        self, io: IndexIO, shard_key: str, chunks: Sequence[Position]
+    ) -> Found[Position]:
         entry = await io.cached(("index", shard_key), lambda: self._load(io, shard_key))
         if entry.missing:
             return Found(False, None, {}, entry.loaded_at)
-        entries: dict[Chunk, tuple[int, int]] = {}
+        entries: dict[Position, tuple[int, int]] = {}
         for pos in chunks:
             where = self.lookup(io, shard_key, entry.value, pos)
             if where is not None:
@@ -108,7 +99,7 @@ class ZarrFormat(ShardFormat):
         return Found(True, entry.version, entries, entry.loaded_at)
 
     def lookup(
-        self, io: IndexIO, shard_key: str, index: Any, chunk: Chunk
+        self, io: IndexIO, shard_key: str, index: IndexArray, chunk: Position
     ) -> tuple[int, int] | None:
         offset, nbytes = index[chunk].tolist()
         return None if offset == EMPTY else (offset, offset + nbytes)
@@ -129,7 +120,7 @@ class ZarrFormat(ShardFormat):
         table = decode_index(shard[rng.as_slice()], self.layout.index, shard_size=len(shard))
         io.put(("index", shard_key), table, version, table.nbytes)
 
-    async def chunks_in(self, io: IndexIO, shard_key: str) -> list[Chunk]:
+    async def chunks_in(self, io: IndexIO, shard_key: str) -> list[Position]:
         entry = await io.cached(("index", shard_key), lambda: self._load(io, shard_key))
         if entry.missing:
             return []
@@ -137,24 +128,23 @@ class ZarrFormat(ShardFormat):
 
     # -- shards -----------------------------------------------------------------------
 
-    def split(self, shard_key: str, shard: memoryview) -> dict[Chunk, memoryview]:
+    def split(self, shard_key: str, shard: memoryview) -> dict[Position, memoryview]:
         return dict(decode_shard(shard, self.layout.index, key=shard_key))
 
-    def build(self, shard_key: str, chunks: Mapping[Chunk, BytesLike]) -> bytes:
-        positions: Mapping[Any, BytesLike] = chunks
-        return encode_shard(positions, self.layout.index, order=self.write_order)
+    def build(self, shard_key: str, chunks: Mapping[Position, BytesLike]) -> bytes:
+        return encode_shard(chunks, self.layout.index, order=self.write_order)
 
     def empty_shard(self) -> bytes:
         return encode_index(empty_index(self.layout.index), self.layout.index)
 
     # -- listing ----------------------------------------------------------------------
 
-    def chunk_key(self, shard_key: str, chunk: Chunk) -> str | None:
+    def chunk_key(self, shard_key: str, chunk: Position) -> str | None:
         shard = self.layout.parse_shard_key(shard_key)
         if shard is None:
             return None
-        coords = self.layout.chunk_coords(shard, chunk)
-        return self.layout.chunk_key(coords) if self.layout.chunk_in_bounds(coords) else None
+        coords = self._grid.chunk_coords(shard, chunk)
+        return self.layout.chunk_key(coords) if self._grid.chunk_in_bounds(coords) else None
 
     def list_source(self, prefix: str) -> str:
         """The shards that can hold chunk keys starting with ``prefix``.
@@ -196,7 +186,7 @@ class ZarrFormat(ShardFormat):
         return coords is not None and all(c < g for c, g in zip(coords, grid, strict=False))
 
 
-class ZarrShardedStore(ShardedAdapter):
+class ZarrShardedStore(ShardedAdapter[Position]):
     """A Store whose chunk keys are the inner chunks of a sharded Zarr array.
 
     Args:

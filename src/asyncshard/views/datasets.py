@@ -28,15 +28,14 @@ from asyncshard.cache import IndexCache
 from asyncshard.errors import AsyncShardError
 from asyncshard.formats.jsondoc import parse_json_object
 from asyncshard.formats.precomputed.volume import VolumeInfo, unsharded_info_bytes
-from asyncshard.formats.zarr3.metadata import (
+from asyncshard.formats.zarr3.documents import (
     consolidated_arrays,
-    is_sharded,
     map_back_consolidated,
     map_back_metadata,
-    parse_zarr3_array,
     unsharded_consolidated,
     unsharded_metadata,
 )
+from asyncshard.formats.zarr3.metadata import is_sharded, parse_zarr3_array
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ShardedAdapter
 from asyncshard.sharding.volume import scale_store
 from asyncshard.sharding.zarr import ZarrShardedStore
@@ -61,7 +60,7 @@ class Scope:
     ``base`` in front (``base`` is ``""`` when they are the same keys)."""
 
     base: str
-    store: ShardedAdapter
+    store: ShardedAdapter[Any]
 
     def key(self, view_key: str) -> str | None:
         """The store's key of a view key, ``None`` outside this scope."""

@@ -67,7 +67,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from asyncshard.cache import IndexCache
 from asyncshard.errors import (
@@ -165,7 +165,7 @@ class _Chunk:
     scope: Scope
     rel: str
     node: Node
-    loc: Location
+    loc: Location[Any]
 
 
 class _Hidden:

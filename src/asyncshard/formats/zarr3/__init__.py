@@ -1,18 +1,16 @@
-"""Zarr v3 ``sharding_indexed`` and the draft sharding storage transformer.
+"""Zarr v3 ``sharding_indexed`` and the draft sharding storage transformer (pure).
 
-``format`` encodes and decodes shards and indexes (pure, numpy); ``metadata`` turns
-``zarr.json`` or draft metadata into a :class:`ShardingLayout` that translates keys.
+``shard``      shard and index codecs (bytes and numpy in and out)
+``keys``       chunk key encodings: grid coordinates <-> keys
+``grid``       the chunk arithmetic (:class:`ChunkGrid`) and :class:`ShardingLayout`
+``metadata``   ``zarr.json`` or draft metadata -> :class:`ShardingLayout`
+``documents``  array documents rewritten between flat and sharded layouts
 """
 
-from asyncshard.formats.zarr3.metadata import (
-    ChunkKeyEncoding,
-    ShardingLayout,
-    is_sharded,
-    parse_draft_transformer,
-    parse_zarr3_array,
-    sharded_metadata,
-    unsharded_metadata,
-)
+from asyncshard.formats.zarr3.documents import sharded_metadata, unsharded_metadata
+from asyncshard.formats.zarr3.grid import ChunkGrid, ShardingLayout
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
+from asyncshard.formats.zarr3.metadata import is_sharded, parse_draft_transformer, parse_zarr3_array
 from asyncshard.formats.zarr3.shard import (
     EMPTY,
     IndexLayout,
@@ -30,6 +28,7 @@ from asyncshard.formats.zarr3.shard import (
 
 __all__ = [
     "EMPTY",
+    "ChunkGrid",
     "ChunkKeyEncoding",
     "IndexLayout",
     "IndexRange",

@@ -26,6 +26,7 @@ from asyncshard.formats.morton import morton_order, morton_rank
 
 __all__ = [
     "EMPTY",
+    "IndexArray",
     "IndexLayout",
     "IndexRange",
     "chunk_slices",
