@@ -244,11 +244,6 @@ class Store(ABC):
         return True
 
     @property
-    def supports_partial_writes(self) -> bool:
-        """Whether ``set_partial_values`` works (as a read-modify-write of the object)."""
-        return self.supports_writes
-
-    @property
     def supports_listing(self) -> bool:
         """Whether ``list``/``list_prefix``/``list_dir`` work."""
         return True
@@ -388,6 +383,10 @@ class Store(ABC):
                 awaitable.close()  # a no-op once it ran
             raise
 
+    def _count_reads(self, keys: Iterable[str]) -> None:  # noqa: B027 - a hook, no-op here
+        """Count a read call's keys (validated). Backends count nothing here: they count
+        each request :meth:`_fetch` sends; wrappers count logical operations instead."""
+
     async def _fetch(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
@@ -414,7 +413,9 @@ class Store(ABC):
         self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
     ) -> GetResult | None:
         """Like :meth:`get` but with metadata; ``if_match`` makes the read conditional."""
-        result = await self._fetch(validate_key(key), byte_range, if_match)
+        key = validate_key(key)
+        self._count_reads([key])
+        result = await self._fetch(key, byte_range, if_match)
         if result is not None:
             self._returned(result.data)
         return result
@@ -442,6 +443,7 @@ class Store(ABC):
         ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
         """
         items = [(validate_key(key), rng) for key, rng in key_ranges]
+        self._count_reads(key for key, _ in items)
         out: list[Data | None] = [None] * len(items)
         by_key: dict[str, list[int]] = {}
         for i, (key, _) in enumerate(items):

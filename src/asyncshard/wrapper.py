@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import TypeVar
 
 from asyncshard.ranges import ByteRange
-from asyncshard.store import BytesLike, Data, GetResult, ObjectMeta, Store, validate_key
+from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
 
 __all__ = ["WrapperStore", "with_key"]
 
@@ -79,28 +79,21 @@ class WrapperStore(Store):
         """Count one ``verb`` operation per distinct key of one call."""
         self.stats.requests[verb] += len(set(keys))
 
+    def _count_reads(self, keys: Iterable[str]) -> None:
+        self._count("get", keys)
+
+    def _count_writes(self, items: Iterable[tuple[str, BytesLike]]) -> None:
+        """Count one ``put`` per distinct key of one write call and the bytes given."""
+        pairs = list(items)
+        self._count("put", (k for k, _ in pairs))
+        self.stats.bytes_written += sum(len(v) for _, v in pairs)
+
     async def _fetch(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
         """A read through the wrapped store, which counts what it cost (the logical
         operation is counted by the verb that asked)."""
         return await self._get(key, byte_range, if_match)
-
-    async def get_object(
-        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
-    ) -> GetResult | None:
-        self._count("get", [validate_key(key)])
-        return await super().get_object(key, byte_range, if_match=if_match)
-
-    async def get_partial_values(
-        self,
-        key_ranges: Iterable[tuple[str, ByteRange | None]],
-        *,
-        if_match: Mapping[str, str] | None = None,
-    ) -> builtins.list[Data | None]:
-        items = [(validate_key(key), rng) for key, rng in key_ranges]
-        self._count("get", (key for key, _ in items))
-        return await super().get_partial_values(items, if_match=if_match)
 
     # -- pass-through primitives --------------------------------------------------------
 

@@ -474,18 +474,18 @@ class Uint64ShardedStore(ShardedAdapter[int]):
         chunk_id = int(chunk_id)
         if not 0 <= chunk_id <= MAX_CHUNK_ID:
             raise ValueError(f"chunk id {chunk_id} is not a uint64")
-        self.stats.requests["get"] += 1
+        self._count("get", [str(chunk_id)])
         read = ChunkRead(str(chunk_id), self.shard_key(chunk_id), chunk_id, None, None)
         result = await self.reads.read_one(read)
         if result is None:
             return None
-        self.stats.bytes_returned += len(result.data)
+        self._returned(result.data)
         return bytes(result.data)
 
     async def get_chunks(self, chunk_ids: Iterable[int]) -> dict[int, bytes]:
         """``{id: raw bytes}`` of the chunks that exist among ``chunk_ids`` (repeats allowed)."""
         ids = self._ids(chunk_ids)
-        self.stats.requests["get"] += len(ids)
+        self._count("get", map(str, ids))
         locs = self.precomputed.locate_ids(ids)
         reads = [
             ChunkRead(str(i), loc.shard_key, i, None, None)
@@ -510,8 +510,7 @@ class Uint64ShardedStore(ShardedAdapter[int]):
         so chunks not in ``chunks`` stay. ``replace_shards=True`` (see
         :meth:`write_shards`) builds each touched shard from ``chunks`` alone.
         """
-        self.stats.requests["put"] += len(chunks)
-        self.stats.bytes_written += sum(len(v) for v in chunks.values())
+        self._count_writes((str(i), v) for i, v in chunks.items())
         groups = self._by_shard(self._ids(chunks))
         triples = {
             s: [(str(loc.chunk), loc.chunk, chunks[loc.chunk]) for loc in locs]
@@ -531,7 +530,7 @@ class Uint64ShardedStore(ShardedAdapter[int]):
     async def erase_chunks(self, chunk_ids: Iterable[int]) -> None:
         """Erase chunks by id (one read-merge-write per shard; emptied shards are deleted)."""
         ids = self._ids(chunk_ids)
-        self.stats.requests["delete"] += len(ids)
+        self._count("delete", map(str, ids))
         groups = self._by_shard(ids)
         erases = {s: [(str(loc.chunk), loc.chunk) for loc in m] for s, m in groups.items()}
         await settle(self.writes.chunk_erases(erases))

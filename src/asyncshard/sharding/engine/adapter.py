@@ -187,7 +187,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
     ) -> builtins.list[Data | None]:
         """Read chunks and pass-through keys; see :meth:`Store.get_partial_values`."""
         items = [(validate_key(k), r) for k, r in key_ranges]
-        self._count("get", (k for k, _ in items))
+        self._count_reads(k for k, _ in items)
         versions = if_match or {}
         routed = self.route([k for k, _ in items])
         out: list[Data | None] = [None] * len(items)
@@ -252,8 +252,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         """
         keys = [validate_key(k) for k in values]
         routed = self._writable_routes(keys)
-        self.stats.requests["put"] += len(values)
-        self.stats.bytes_written += sum(len(v) for v in values.values())
+        self._count_writes(values.items())
         jobs: list[Job] = [
             ([keys[i]], self.inner.set(self._pass_through(keys[i]), values[keys[i]]))
             for i in routed.plain
@@ -274,8 +273,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
                 raise ValueError(f"negative start {start} for key {key!r}")
         keys = list(dict.fromkeys(k for k, _, _ in triples))
         routed = self._writable_routes(keys)
-        self.stats.requests["put"] += len(keys)
-        self.stats.bytes_written += sum(len(v) for _, _, v in triples)
+        self._count_writes((k, v) for k, _, v in triples)
         runs: dict[str, list[tuple[int, BytesLike]]] = {}
         for key, start, value in triples:
             runs.setdefault(key, []).append((start, value))
@@ -296,7 +294,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         Keys naming chunks outside the dataset hold nothing and are ignored.
         """
         keys = [validate_key(k) for k in keys]
-        self.stats.requests["delete"] += len(keys)
+        self._count("delete", keys)
         routed = self.route(keys)
         plain = [self._pass_through(keys[i]) for i in routed.plain]
         if not plain and len(routed.by_shard) == 1:
