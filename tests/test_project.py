@@ -59,9 +59,9 @@ def test_the_package_imports_no_test_tools() -> None:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the asyncshard modules it imports (at import time or lazily inside
-    functions; ``TYPE_CHECKING`` blocks excluded). ``from pkg import name`` is an edge to
-    the module ``pkg.name`` when it is one, else to ``pkg``."""
+    """Module -> the asyncshard modules it imports (at import time, lazily inside
+    functions or for type checking only). ``from pkg import name`` is an edge to the
+    module ``pkg.name`` when it is one, else to ``pkg``."""
     import ast
 
     src = ROOT / "src"
@@ -72,15 +72,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        skip = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)
-        }
         for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("asyncshard"):
                 assert node.module is not None
                 for alias in node.names:

@@ -27,12 +27,31 @@ import asyncio
 import enum
 import itertools
 import random
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from asyncshard.errors import ConflictError, StoreConnectionError
+from asyncshard.ranges import ByteRange
+from asyncshard.store import GetResult, ObjectMeta
 
-if TYPE_CHECKING:
-    from asyncshard.backends.cloud.store import CloudStore
+
+class WriteTarget(Protocol):
+    """What the resolution needs of the store it writes to (``CloudStore`` has it)."""
+
+    retries: int
+
+    def _where(self, key: str | None) -> str: ...
+
+    def _count_request(self, kind: str, n: int = 1) -> None: ...
+
+    async def _put_once(
+        self, key: str, view: memoryview, if_match: str | None, if_absent: bool
+    ) -> str | None: ...
+
+    async def _head(self, key: str) -> ObjectMeta | None: ...
+
+    async def _get(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None: ...
 
 
 class _Verdict(enum.Enum):
@@ -41,7 +60,7 @@ class _Verdict(enum.Enum):
 
 
 async def put_conditional(
-    store: CloudStore, key: str, view: memoryview, if_match: str | None, if_absent: bool
+    store: WriteTarget, key: str, view: memoryview, if_match: str | None, if_absent: bool
 ) -> str | None:
     """Write ``view`` under its condition, resolving unknown outcomes (see the module)."""
     unknown: StoreConnectionError | None = None
@@ -71,7 +90,7 @@ async def put_conditional(
 
 
 async def _inspect(
-    store: CloudStore, key: str, view: memoryview, if_match: str | None, if_absent: bool
+    store: WriteTarget, key: str, view: memoryview, if_match: str | None, if_absent: bool
 ) -> str | _Verdict:
     """The object's version if it holds ``view``, else whether the write did not land."""
     store._count_request("head")
