@@ -36,26 +36,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 #: from the innermost frame outwards, takes the sample.
 CATEGORIES: list[tuple[str, frozenset[str]]] = [
     ("idle (waiting for work)", frozenset({"_worker", "EpollSelector.select"})),
-    ("kernel: unlink", frozenset({"LocalStore._unlink", "LocalStore._unlink_many", "unlink"})),
-    ("kernel: prune empty folders", frozenset({"LocalStore._prune"})),
-    ("path resolution (realpath)", frozenset({"_joinrealpath", "realpath", "LocalStore._resolve"})),
+    ("kernel: unlink", frozenset({"_unlink", "unlink_many", "unlink"})),
+    ("kernel: prune empty folders", frozenset({"Root.prune"})),
+    ("path resolution (realpath)", frozenset({"_joinrealpath", "realpath", "Root.resolve"})),
     (
         "kernel: create, write, rename, sync",
         frozenset(
             {
-                "LocalStore._create_temp",
-                "LocalStore._write_data",
-                "LocalStore._write",
-                "LocalStore._write_batch",
-                "LocalStore._link",
-                "_sync_file_system",
-                "LocalStore._make_folders",
+                "FileWriter._create_temp",
+                "FileWriter._write_data",
+                "FileWriter.write",
+                "FileWriter.write_batch",
+                "FileWriter.link",
+                "sync_file_system",
+                "make_folders",
                 "fdopen",
             }
         ),
     ),
-    ("kernel: read", frozenset({"LocalStore._read", "_open_no_follow"})),
-    ("kernel: list", frozenset({"LocalStore._walk", "LocalStore._entries"})),
+    ("kernel: read", frozenset({"LocalStore._read", "open_no_follow"})),
+    ("kernel: list", frozenset({"walk", "_entries"})),
     (
         "shard build/split (copies)",
         frozenset({"encode_shard", "decode_shard", "build_shard", "split_shard", "join"}),

@@ -570,8 +570,8 @@ async def test_cached_small_reads_skip_the_worker_thread(
     big = bytes(range(256)) * (local.INLINE_READ // 256 + 1)
     await store.set("small", b"0123456789")
     await store.set("big", big)
-    monkeypatch.setattr(local.asyncio, "to_thread", counting)
-    if not local._NOWAIT:
+    monkeypatch.setattr(local.store.asyncio, "to_thread", counting)
+    if not local.store.NOWAIT:
         pytest.skip("no RWF_NOWAIT/preadv here: every read uses a thread")
     assert await store.get("small", Range(2, 5)) == b"234"
     assert await store.get("missing") is None

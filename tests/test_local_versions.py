@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from asyncshard.backends import LocalStore
-from asyncshard.backends import local as local_module
+from asyncshard.backends.local import files as local_files
 from asyncshard.cache import IndexCache
 from asyncshard.errors import ConflictError
 from asyncshard.sharding import ZarrShardedStore
@@ -98,7 +98,7 @@ async def test_versions_without_xattrs_never_repeat(
 ) -> None:
     """Where the file system keeps no user xattrs, versions are ``inode-mtime-size`` and
     every write under the lock makes the mtime later than the object it replaces."""
-    monkeypatch.setattr(local_module, "_set_token", lambda fd, token: False)
+    monkeypatch.setattr(local_files, "set_token", lambda fd, token: False)
     store = LocalStore(ext2 / "root")
     assert await _stale_accepted(store, rounds=6) == 0
     versions = [await store.set("same", b"12345678") for _ in range(6)]

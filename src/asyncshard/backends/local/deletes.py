@@ -1,0 +1,91 @@
+"""Deletes of the local backend: unlink through checked folder descriptors, then prune.
+
+A delete removes the name from its folder's open descriptor, checked to lie inside the
+root, so a folder swapped for a link after it was resolved cannot lead outside. Folders
+a delete leaves empty are removed, so listings never show a prefix without keys.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+
+from asyncshard.backends.local.files import is_missing, locked
+from asyncshard.backends.local.root import Root
+from asyncshard.errors import AsyncShardError, ConflictError
+from asyncshard.store import check_condition
+
+#: Folder key -> (resolved path, checked descriptor or ``None`` if missing), per batch.
+_OpenFolders = dict[str, tuple[str, int | None]]
+
+
+def unlink_many(root: Root, keys: Sequence[str]) -> None:
+    """Remove the objects, then prune each folder they leave empty once.
+
+    Every key is tried; the first failure is raised afterwards.
+    """
+    folders: set[str] = set()
+    opened: _OpenFolders = {}
+    failure: AsyncShardError | None = None
+    try:
+        for key in keys:
+            try:
+                folder = _unlink(root, key, opened)
+            except AsyncShardError as exc:
+                failure = failure or exc
+                continue
+            if folder is not None:
+                folders.add(folder)
+    finally:
+        for _, fd in opened.values():
+            if fd is not None:
+                os.close(fd)
+    for folder in sorted(folders, key=len, reverse=True):  # deepest first
+        root.prune(folder)
+    if failure is not None:
+        raise failure
+
+
+def _unlink(root: Root, key: str, folders: _OpenFolders) -> str | None:
+    """Remove the object ``key``; the folder it was in, or ``None`` if it was missing.
+
+    ``folders`` caches each folder's path and descriptor across one batch (the caller
+    closes them): one ``realpath`` and one ``open`` per folder, not per key."""
+    # The folder is resolved, the name is not: deleting a link removes the link.
+    parent, _, name = key.rpartition("/")
+    cached = folders.get(parent)
+    if cached is None:
+        folder = root.folder(parent)
+        cached = folders[parent] = (folder, root.open_folder(folder, key))
+    folder, dfd = cached
+    if dfd is None:
+        return None
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except OSError as exc:
+        if is_missing(exc):
+            return None
+        if isinstance(exc, (IsADirectoryError, PermissionError)) and stat.S_ISDIR(
+            os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
+        ):
+            return None  # a folder is not an object (macOS says EPERM, Linux EISDIR)
+        raise root.error(exc, key, "delete", os.path.join(folder, name)) from exc
+    return folder
+
+
+def unlink_if_match(root: Root, key: str, version: str) -> None:
+    """Remove ``key`` if it is at ``version`` (``ConflictError`` otherwise), checked and
+    unlinked under the folder lock every write renames under."""
+    parent, _, name = key.rpartition("/")
+    try:
+        folder = root.folder(parent)
+        with locked(folder) as dfd:
+            root.check_opened(dfd, key, close=False)
+            check_condition(key, root.meta(key), version, False)
+            os.unlink(name, dir_fd=dfd)
+    except OSError as exc:
+        if is_missing(exc):
+            raise ConflictError(f"{key}: object does not exist", key=key) from None
+        raise root.error(exc, key, "delete", key) from exc
+    root.prune(folder)

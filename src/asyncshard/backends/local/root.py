@@ -1,0 +1,212 @@
+"""The root folder of a LocalStore: keys to paths, confined to the root.
+
+Every key is resolved (``realpath``) and refused unless it lies inside the root, and
+every descriptor opened for a key is checked again through ``/proc/self/fd``, so a path
+swapped for a link after it was resolved cannot lead outside.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from asyncshard.backends.local.files import (
+    PROC_FD,
+    is_missing,
+    meta_of,
+    open_no_follow,
+    token_of,
+    within,
+)
+from asyncshard.errors import (
+    AsyncShardError,
+    InvalidKeyError,
+    StoreBackendError,
+    StorePermissionError,
+)
+from asyncshard.store import ObjectMeta
+
+_FAST_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+#: Folder key -> resolved folder path, shared by the objects of one batch.
+Folders = dict[str, str]
+
+
+class Root:
+    """The root folder of one store; ``label`` names the store in error messages."""
+
+    def __init__(self, path: Path, label: str):
+        self.path = path
+        self.label = label
+        self._resolved: str | None = None
+
+    def real(self) -> str:
+        """The root with links resolved; cached once the root exists.
+
+        The root is created by the first write; until then it is resolved on every call,
+        since a folder or link appearing there could change the answer.
+        """
+        real = self._resolved
+        if real is None:
+            real = os.path.realpath(self.path)
+            if os.path.isdir(real):
+                self._resolved = real
+        return real
+
+    def resolve(self, key: str) -> str:
+        """The real path of ``key``; refuses any path that resolves outside the root."""
+        root = self.real()
+        try:
+            real = os.path.realpath(os.path.join(root, key))
+        except OSError as exc:  # a link changed while it was being resolved
+            raise self.error(exc, key, "resolve", os.path.join(root, key)) from exc
+        if not within(real, root):
+            raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
+        return real
+
+    def folder(self, parent: str) -> str:
+        """The real path of the folder key ``parent`` (``""`` is the root)."""
+        return self.resolve(parent) if parent else self.real()
+
+    def batch_path(self, key: str, folders: Folders | None) -> str:
+        """The real path of ``key`` (as :meth:`resolve`), resolving each folder once per
+        batch (``folders``): one ``lstat`` per object instead of one per path component.
+        A name that is itself a link gets the full resolution (links are aliases)."""
+        if folders is None:
+            return self.resolve(key)
+        parent, _, name = key.rpartition("/")
+        folder = folders.get(parent)
+        if folder is None:
+            folder = folders[parent] = self.folder(parent)
+        path = os.path.join(folder, name)
+        return self.resolve(key) if os.path.islink(path) else path
+
+    def check_opened(self, fd: int, key: str, *, close: bool = True) -> None:
+        """Refuse a file or folder opened outside the root (closing ``fd`` unless ``close``
+        is false). The check is on the open descriptor (``/proc/self/fd``), so a path
+        swapped after it was resolved cannot lead outside."""
+        if not PROC_FD:
+            return
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            if close:
+                os.close(fd)
+            raise self.error(exc, key, "open", key) from exc
+        if not within(real, self.real()):
+            if close:
+                os.close(fd)
+            raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
+
+    def open_checked(self, path: str, key: str, action: str) -> int | None:
+        """Open the resolved ``path`` of ``key`` for reading (the last component not
+        followed) and check the descriptor lies inside the root; ``None`` if missing."""
+        try:
+            fd = open_no_follow(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if is_missing(exc):
+                return None
+            raise self.error(exc, key, action, path) from exc
+        self.check_opened(fd, key)
+        return fd
+
+    def meta(self, key: str) -> ObjectMeta | None:
+        """The metadata of the object ``key``; ``None`` if missing or not a file."""
+        path = self.resolve(key)
+        fd = self.open_checked(path, key, "head")
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+            return meta_of(key, st, token_of(fd)) if stat.S_ISREG(st.st_mode) else None
+        except OSError as exc:
+            raise self.error(exc, key, "head", path) from exc
+        finally:
+            os.close(fd)
+
+    def open_fast(self, key: str) -> int | None:
+        """Open ``key`` for reading without :func:`os.path.realpath` (a Python loop with an
+        ``lstat`` per path component, most of a small read's cost): open it directly (the
+        last component not followed), then check the file actually opened lies inside the
+        root through ``/proc/self/fd``. ``None`` when missing; ``-1`` when the fast path
+        does not apply (no ``/proc``, the name itself is a link): resolve the slow way."""
+        if not PROC_FD:
+            return -1
+        root = self.real()
+        try:
+            fd = os.open(os.path.join(root, key), _FAST_READ_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the name is a link (an alias): the slow path
+                return -1
+            if is_missing(exc):
+                return None
+            raise self.error(exc, key, "read", os.path.join(root, key)) from exc
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            os.close(fd)
+            return -1
+        if not within(real, root):  # through a link to outside the root
+            os.close(fd)
+            raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
+        return fd
+
+    def open_folder(self, folder: str, key: str) -> int | None:
+        """The checked descriptor of ``folder`` (inside the root), ``None`` if missing."""
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            if is_missing(exc) or exc.errno == errno.ENOTDIR:
+                return None
+            raise self.error(exc, key, "open", folder) from exc
+        self.check_opened(fd, key)
+        return fd
+
+    def prune(self, folder: str, *, top: str | None = None) -> None:
+        """Remove ``folder`` and then its parents while they are empty.
+
+        Stops at the root (never removed), at the first folder that is not empty, or
+        after removing ``top``.
+        """
+        root = self.real()
+        while folder != root and within(folder, root):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                return
+            if folder == top:
+                return
+            folder = os.path.dirname(folder)
+
+    def error(self, exc: OSError, key: str, action: str, path: str) -> AsyncShardError:
+        """The asyncshard error for an unexpected ``OSError`` on ``key``."""
+        detail = str(exc) if exc.filename else f"{exc} ({path})"
+        if isinstance(exc, PermissionError):
+            return StorePermissionError(
+                f"{self.label}: permission denied on {action} of {key!r}: {detail}"
+            )
+        return StoreBackendError(f"{self.label}: {action} of {key!r} failed: {detail}")
+
+    def write_error(self, exc: OSError, key: str, path: str) -> AsyncShardError:
+        """The asyncshard error for an ``OSError`` while writing ``key``."""
+        if exc.errno == errno.ENAMETOOLONG:
+            return InvalidKeyError(f"invalid key {key!r}: too long a name for the file system")
+        if isinstance(exc, IsADirectoryError):
+            return InvalidKeyError(f"invalid key {key!r}: a folder of that name exists")
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            culprit = self._file_in_the_way(key)
+            where = f" ({culprit!r} is an object, so it cannot be a folder)" if culprit else ""
+            return InvalidKeyError(f"invalid key {key!r}: a file of that name exists{where}")
+        return self.error(exc, key, "write", path)
+
+    def _file_in_the_way(self, key: str) -> str | None:
+        """The key prefix of ``key`` that exists as a file, if any (for error messages)."""
+        root = self.real()
+        parts = key.split("/")
+        for n in range(1, len(parts)):
+            prefix = "/".join(parts[:n])
+            if os.path.isfile(os.path.join(root, prefix)):
+                return prefix
+        return None

@@ -1,0 +1,219 @@
+"""LocalStore: the Store primitives over a root folder (the design: the package docstring).
+
+Reads are here; :mod:`.root` confines keys to the root, :mod:`.writes` writes and
+copies, :mod:`.deletes` deletes and :mod:`.listing` lists. Blocking calls run in worker
+threads, a batch in one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from asyncshard.backends.local import deletes, listing
+from asyncshard.backends.local.files import TEMP_MAX_AGE, is_missing, range_of, to_completion
+from asyncshard.backends.local.root import Folders, Root
+from asyncshard.backends.local.writes import FileWriter
+from asyncshard.errors import AsyncShardError, StoreConfigError
+from asyncshard.ranges import ByteRange
+from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
+
+#: Reads whose bytes are in the page cache, up to this size, run on the event loop.
+INLINE_READ = 1 << 20
+NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv") and os.path.isdir("/proc/self/fd")
+_BLOCKS: object = object()  # "this read would block (or needs the slow path): use a thread"
+
+
+class LocalStore(Store):
+    """A Store over a local folder (created on first write).
+
+    Args:
+        root: the folder.
+        durable: ``fsync`` every write before it is renamed into place.
+        must_exist: the root folder must exist now (``StoreConfigError`` otherwise), as
+            for a read-only store that should not read an empty tree by mistake.
+        temp_max_age: seconds after which a leftover temporary file is removed by
+            writes into its folder; ``None`` leaves them to :meth:`cleanup_temp_files`.
+        inline_reads: read up to 1 MiB whose bytes are in the page cache on the event
+            loop (Linux ``RWF_NOWAIT``: it never waits for the disk) instead of in a
+            worker thread; ``False`` where even opening a file may be slow (NFS).
+        max_gap, max_request, max_concurrency: as for every Store.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        must_exist: bool = False,
+        temp_max_age: float | None = TEMP_MAX_AGE,
+        inline_reads: bool = True,
+        **options: int,
+    ):
+        super().__init__(**options)
+        self._open_options: dict[str, Any] = {
+            "durable": durable,
+            "temp_max_age": temp_max_age,
+            "inline_reads": inline_reads,
+            **options,
+        }
+        self.root = Path(os.path.abspath(root))
+        self.durable = durable
+        self.temp_max_age = temp_max_age
+        self.inline_reads = inline_reads and NOWAIT
+        self._root = Root(self.root, repr(self))
+        self._writer = FileWriter(self._root, durable=durable, temp_max_age=temp_max_age)
+        if must_exist and not self.root.is_dir():
+            raise StoreConfigError(f"no such folder: {self.root}")
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    @property
+    def url(self) -> str:
+        """``file://`` and the root folder."""
+        return self.root.as_uri()
+
+    @property
+    def open_options(self) -> dict[str, Any]:
+        """The options the store was opened with."""
+        return dict(self._open_options)
+
+    @property
+    def supports_conditional_deletes(self) -> bool:
+        return True
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def _get(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        if self.inline_reads:
+            cached = self._read_cached(key, byte_range, if_match)
+            if cached is not _BLOCKS:
+                return cached  # type: ignore[return-value]
+        return await asyncio.to_thread(self._read, key, byte_range, if_match)
+
+    def _read(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None, path: str = ""
+    ) -> GetResult | None:
+        root = self._root
+        fd = -1 if path else root.open_fast(key)
+        if fd is None:
+            return None
+        if fd < 0:
+            fd = root.open_checked(path or root.resolve(key), key, "read")
+            if fd is None:
+                return None
+        try:
+            return _read_open(fd, key, byte_range, if_match, nowait=False)  # type: ignore[return-value]
+        except OSError as exc:
+            if is_missing(exc):
+                return None
+            raise root.error(exc, key, "read", path or key) from exc
+        finally:
+            os.close(fd)
+
+    def _read_cached(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | object | None:
+        """A small read whose bytes are in the page cache, on the event loop: no thread
+        hop (which costs more than the read itself). ``RWF_NOWAIT`` makes the read fail
+        instead of waiting for the disk; then, and for reads over :data:`INLINE_READ`
+        bytes, :data:`_BLOCKS` sends it to a worker thread."""
+        try:
+            fd = self._root.open_fast(key)
+        except AsyncShardError:
+            return _BLOCKS  # let the thread path raise it, with its full resolution
+        if fd is None:
+            return None
+        if fd < 0:
+            return _BLOCKS
+        try:
+            return _read_open(fd, key, byte_range, if_match, nowait=True)
+        except OSError:  # BlockingIOError: not in the page cache; else the thread reports it
+            return _BLOCKS
+        finally:
+            os.close(fd)
+
+    def _read_batch(self, keys: Sequence[str]) -> list[GetResult | None]:
+        folders: Folders = {}
+        root = self._root
+        return [self._read(key, None, None, root.batch_path(key, folders)) for key in keys]
+
+    async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
+        return await self._bounded(asyncio.to_thread(self._read_batch, keys))
+
+    async def _head(self, key: str) -> ObjectMeta | None:
+        return await asyncio.to_thread(self._root.meta, key)
+
+    # -- writes and copies --------------------------------------------------------------
+
+    async def _put(
+        self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        return await asyncio.to_thread(self._writer.write, key, data, if_match, if_absent)
+
+    async def _put_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        return await self._bounded(asyncio.to_thread(self._writer.write_batch, items))
+
+    async def _copy(self, source: str, target: str) -> int | None:
+        return await asyncio.to_thread(self._writer.link, source, target)
+
+    async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        return await self._bounded(asyncio.to_thread(self._writer.link_batch, pairs))
+
+    async def cleanup_temp_files(self, max_age: float = TEMP_MAX_AGE) -> int:
+        """Remove temporary files older than ``max_age`` seconds in the whole tree.
+
+        They are what writes killed before their rename leave behind. Folders left empty
+        are removed, as deletes do. Returns how many files were removed.
+        """
+        if max_age < 0:
+            raise ValueError("max_age must be >= 0")
+        return await asyncio.to_thread(self._writer.sweep_tree, max_age)
+
+    # -- deletes ------------------------------------------------------------------------
+
+    async def _delete(self, key: str) -> None:
+        await to_completion(deletes.unlink_many, self._root, [key])
+
+    async def _delete_many(self, keys: Sequence[str]) -> None:
+        """One worker-thread hop for the whole batch; ``delete`` counts one per key."""
+        self._count_request("delete", len(keys))
+        await self._bounded(to_completion(deletes.unlink_many, self._root, keys))
+
+    async def _delete_if_match(self, key: str, version: str) -> None:
+        await asyncio.to_thread(deletes.unlink_if_match, self._root, key, version)
+
+    # -- listing ------------------------------------------------------------------------
+
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        for key in await asyncio.to_thread(listing.walk, self._root, prefix):
+            yield key
+
+    async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        return await asyncio.to_thread(listing.scan, self._root, prefix)
+
+
+def _read_open(
+    fd: int, key: str, byte_range: ByteRange | None, if_match: str | None, *, nowait: bool
+) -> GetResult | object | None:
+    """Read the range of the open file ``fd``; ``None`` unless it is a regular file. With
+    ``nowait`` a read over :data:`INLINE_READ` bytes or one that would wait for the disk
+    (``RWF_NOWAIT``; ``BlockingIOError``) or come short is :data:`_BLOCKS`."""
+    found = range_of(fd, key, byte_range, if_match)
+    if found is None:
+        return None
+    meta, start, end = found
+    if not nowait:
+        return GetResult(os.pread(fd, end - start, start) if end > start else b"", meta)
+    if end - start > INLINE_READ:
+        return _BLOCKS
+    buf = bytearray(end - start)
+    if buf and os.preadv(fd, [buf], start, os.RWF_NOWAIT) != len(buf):
+        return _BLOCKS  # short: changed meanwhile, or partly cached
+    return GetResult(memoryview(buf), meta)

@@ -1,0 +1,264 @@
+"""Writes and copies of the local backend: a temp file renamed over the object.
+
+A failure at any point leaves the previous object intact and no temporary file behind;
+folders a failed write created are removed again. Every rename into place happens under
+the ``flock`` of its folder, the lock conditional deletes check under.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+import uuid
+from collections.abc import Sequence
+
+from cachetools import TTLCache
+
+from asyncshard.backends.local import files
+from asyncshard.backends.local.files import (
+    PROC_FD,
+    TMP_PREFIX,
+    locked,
+    make_folders,
+    meta_at,
+    meta_of,
+    newer_than,
+    opened_for_write,
+    sweep,
+)
+from asyncshard.backends.local.root import Folders, Root
+from asyncshard.errors import AsyncShardError, StoreBackendError
+from asyncshard.store import BytesLike, check_condition
+
+#: Folders remembered as recently swept (per store), so that writes do not rescan them.
+_SWEPT_FOLDERS = 4096
+#: Attempts to create a temp file while concurrent deletes prune its folder.
+_CREATE_ATTEMPTS = 8
+
+
+class FileWriter:
+    """Writes, copies and temp-file sweeps below one :class:`Root` (see the module)."""
+
+    def __init__(self, root: Root, *, durable: bool, temp_max_age: float | None):
+        self.root = root
+        self.durable = durable
+        self.temp_max_age = temp_max_age
+        self._swept: TTLCache[str, bool] = TTLCache(_SWEPT_FOLDERS, temp_max_age or 1.0)
+        self._swept_lock = threading.Lock()
+
+    # -- one object -----------------------------------------------------------------
+
+    def write(self, key: str, data: BytesLike, if_match: str | None, if_absent: bool) -> str:
+        """Write one object under its condition; its new version."""
+        root = self.root
+        path = root.resolve(key)
+        folder = os.path.dirname(path)
+        created: list[str] = []
+        tmp: str | None = None
+        try:
+            fd, tmp = self._create_temp(folder, created)
+            root.check_opened(fd, key)  # a folder swapped for a link to outside
+            st, token = self._write_data(fd, data)
+            # Unconditional writes take the lock too: delete_if_match checks and unlinks
+            # under it, and must not unlink a file renamed in between.
+            with locked(folder) as dfd:
+                root.check_opened(dfd, key, close=False)
+                name, tmp_name = os.path.basename(path), os.path.basename(tmp)
+                if if_match is not None or if_absent or token is None:
+                    current = meta_at(path, key, folder_error=True)
+                    check_condition(key, current, if_match, if_absent)
+                    if token is None:
+                        with opened_for_write(tmp) as tfd:
+                            st = newer_than(tfd, st, current)
+                os.replace(tmp_name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            tmp = None
+            self._sweep_if_due(folder)
+        except BaseException as exc:
+            self._undo([(tmp, folder, created)])
+            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+                raise root.write_error(exc, key, path) from exc
+            raise
+        return meta_of(key, st, token).version or ""
+
+    def _create_temp(self, folder: str, created: list[str]) -> tuple[int, str]:
+        """Create a temp file in ``folder`` (making the folder if needed): ``(fd, path)``."""
+        for _ in range(_CREATE_ATTEMPTS):
+            tmp = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            try:
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), tmp
+            except FileNotFoundError:
+                # the folder is missing, or a concurrent delete pruned it meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    make_folders(folder, created)
+        raise StoreBackendError(
+            f"{self.root.label}: cannot create a file in {folder}: "
+            "concurrent deletes keep removing it"
+        )
+
+    def _write_data(
+        self, fd: int, data: BytesLike, *, sync: bool = True
+    ) -> tuple[os.stat_result, str | None]:
+        """Write ``data`` and a fresh version token to the temp file ``fd`` and close it:
+        ``(stat, token)``, the token ``None`` where the file system keeps no user xattrs.
+        ``fsync`` when the store is durable, unless ``sync`` is false (a group sync)."""
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            token: str | None = files.new_token()
+            if not files.set_token(f.fileno(), token or ""):
+                token = None
+            if self.durable and sync:
+                os.fsync(f.fileno())
+            return os.fstat(f.fileno()), token
+
+    def _undo(self, staged: Sequence[tuple[str | None, str, list[str]]]) -> None:
+        """Remove the temp files not renamed and the folders their writes created."""
+        for tmp, folder, created in staged:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if created:  # remove the folders this write made (if still empty)
+                self.root.prune(folder, top=min(created, key=len))
+
+    # -- batches ----------------------------------------------------------------------
+
+    def write_batch(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+        """Stage every object in a temp file, make them all durable with one sync of the
+        file system (``syncfs``; a ``fsync`` per file where it is missing), then rename
+        each over its object. On failure the temp files not yet renamed are removed."""
+        root = self.root
+        group_sync = self.durable and files.SYNCFS is not None
+        staged: list[tuple[str, str, str, list[str]]] = []  # key, tmp, path, folders made
+        versions: list[str | None] = []
+        key, path, renamed = "", "", 0
+        folders: Folders = {}
+        try:
+            for key, data in items:
+                path = root.batch_path(key, folders)
+                created: list[str] = []
+                fd, tmp = self._create_temp(os.path.dirname(path), created)
+                staged.append((key, tmp, path, created))
+                root.check_opened(fd, key)  # a folder swapped for a link to outside
+                st, token = self._write_data(fd, data, sync=not group_sync)
+                versions.append(meta_of(key, st, token).version)
+            if group_sync and staged:
+                files.sync_file_system(os.path.dirname(staged[0][2]))
+            for renamed in range(len(staged)):
+                key, tmp, path, _ = staged[renamed]
+                with locked(os.path.dirname(path)) as dfd:  # as every write
+                    root.check_opened(dfd, key, close=False)
+                    os.replace(
+                        os.path.basename(tmp),
+                        os.path.basename(path),
+                        src_dir_fd=dfd,
+                        dst_dir_fd=dfd,
+                    )
+            renamed = len(staged)
+        except BaseException as exc:
+            self._undo([(t, os.path.dirname(p), c) for _, t, p, c in staged[renamed:]])
+            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+                raise root.write_error(exc, key, path) from exc
+            raise
+        return versions
+
+    # -- copies -----------------------------------------------------------------------
+
+    def link(self, source: str, target: str, folders: Folders | None = None) -> int | None:
+        """Copy by hard link: a new name for the same file, made atomically (a temp name
+        renamed over ``target``). Safe because no write ever changes a file in place
+        (every write is a new file renamed over the old one). Copies the bytes where
+        links are refused (another file system, a file system without links).
+
+        Both ends go through checked descriptors: the source file opened (and linked
+        through ``/proc/self/fd``) and the target folder, as for reads and writes."""
+        root = self.root
+        src = root.batch_path(source, folders)
+        sfd = root.open_checked(src, source, "copy")
+        if sfd is None:
+            return None
+        try:
+            st = os.fstat(sfd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            try:
+                self._link_into(sfd, src, target, root.batch_path(target, folders))
+            except StoreBackendError:
+                if os.fstat(sfd).st_nlink == 0:
+                    return None  # deleted meanwhile
+                raise
+        finally:
+            os.close(sfd)
+        return st.st_size
+
+    def link_batch(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        """:meth:`link` each ``(source, target)``, resolving each folder once."""
+        folders: Folders = {}
+        return [self.link(source, target, folders) for source, target in pairs]
+
+    def _link_into(self, sfd: int, src: str, target: str, path: str) -> None:
+        """Give the open file ``sfd`` the name ``target`` (resolved to ``path``)."""
+        folder, name = os.path.split(path)
+        created: list[str] = []
+        tmp = f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            make_folders(folder, created)
+            with locked(folder) as dfd:  # as every write: delete_if_match must not race
+                self.root.check_opened(dfd, target, close=False)
+                try:
+                    linked = f"/proc/self/fd/{sfd}" if PROC_FD else src
+                    os.link(linked, tmp, dst_dir_fd=dfd, follow_symlinks=True)
+                except FileNotFoundError:
+                    raise
+                except OSError:  # EXDEV, EPERM, EMLINK...: copy the bytes instead
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                    tfd = os.open(tmp, flags, 0o644, dir_fd=dfd)
+                    with os.fdopen(os.dup(sfd), "rb") as f:
+                        f.seek(0)
+                        self._write_data(tfd, f.read())
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dfd)  # left when target already was this file
+        except BaseException as exc:
+            self._undo([(os.path.join(folder, tmp), folder, created)])
+            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+                raise self.root.write_error(exc, target, path) from exc
+            raise
+
+    # -- stale temporary files --------------------------------------------------------
+
+    def _sweep_if_due(self, folder: str) -> None:
+        """Remove stale temp files in ``folder`` unless swept within ``temp_max_age``."""
+        if self.temp_max_age is None:
+            return
+        with self._swept_lock:
+            if folder in self._swept:
+                return
+            self._swept[folder] = True
+        with contextlib.suppress(OSError):  # best effort: the write itself succeeded
+            sweep(folder, self.temp_max_age)
+
+    def sweep_tree(self, max_age: float) -> int:
+        """Remove temp files older than ``max_age`` in the whole tree; how many."""
+        root = self.root.real()
+        removed = 0
+        emptied: list[str] = []
+        if not os.path.isdir(root):
+            return 0
+        try:
+            for folder, _, names in os.walk(root, onerror=_raise):
+                if any(name.startswith(TMP_PREFIX) for name in names):
+                    count = sweep(folder, max_age)
+                    removed += count
+                    if count and len(names) == count:
+                        emptied.append(folder)
+        except OSError as exc:
+            raise self.root.error(exc, "/", "temp file cleanup", root) from exc
+        for folder in sorted(emptied, key=len, reverse=True):
+            self.root.prune(folder)
+        return removed
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
