@@ -502,7 +502,7 @@ class ObspecClientStore(Store):
                 return None
             raise StoreBackendError(f"{key}: {exc}") from exc
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         mode: Any = "overwrite"
@@ -524,7 +524,7 @@ class ObspecClientStore(Store):
         version = result.get("e_tag") or result.get("version")
         return str(version) if version is not None else None
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         try:
             await self.client.delete_async(key)
         except Exception as exc:

@@ -1,7 +1,7 @@
 """The Store contract: one async key-value API over every backend and adapter.
 
-A backend implements a handful of primitives (``_get``, ``_head``, ``_put``,
-``_delete``, ``_list``); this base class turns them into the public verbs, validates
+A backend implements a handful of primitives (``_get``, ``_head``, ``_set``,
+``_erase``, ``_list``); this base class turns them into the public verbs, validates
 keys, coalesces ranges, runs requests concurrently under a bound, and counts what every
 call costs in :class:`StoreStats`.
 
@@ -28,25 +28,27 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
-import random
-import time
 import weakref
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from asyncshard.buffers import BytesLike, Data
 from asyncshard.errors import (
-    ConflictError,
-    InvalidKeyError,
     ReadOnlyError,
     UnsupportedOperationError,
 )
 from asyncshard.fanout import gather_settled
+from asyncshard.keys import dir_prefix, split_dir, validate_key, validate_prefix
+from asyncshard.objects import (
+    GetResult,
+    ObjectMeta,
+    StoreStats,
+    apply_runs,
+    check_condition,
+    retry_on_conflict,
+)
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, resolve
 
 __all__ = [
@@ -70,154 +72,35 @@ T = TypeVar("T")
 DEFAULT_MAX_GAP = 64 * 1024
 DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 32
-CONFLICT_RETRIES = 32
-#: Seconds a read-modify-write keeps retrying an object that keeps changing under it
-#: (once :data:`CONFLICT_RETRIES` attempts are spent too): see :func:`retry_on_conflict`.
-CONFLICT_PATIENCE = 30.0
-
-
-def validate_key(key: str) -> str:
-    """Return ``key`` if it is a clean relative path, else raise ``InvalidKeyError``."""
-    if not isinstance(key, str) or not key:
-        raise InvalidKeyError(f"invalid key {key!r}: keys are non-empty strings")
-    if "\\" in key or "\x00" in key:
-        raise InvalidKeyError(f"invalid key {key!r}: backslashes and NUL are not allowed")
-    if key.startswith("/"):
-        raise InvalidKeyError(f"invalid key {key!r}: keys are relative (no leading '/')")
-    for segment in key.split("/"):
-        if segment in ("", ".", ".."):
-            raise InvalidKeyError(
-                f"invalid key {key!r}: empty, '.' and '..' path segments are not allowed"
-            )
-    return key
-
-
-def validate_prefix(prefix: str) -> str:
-    """Validate a listing prefix; return it normalised (``"/"`` becomes ``""``)."""
-    if prefix in ("", "/"):
-        return ""
-    validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
-    return prefix
-
-
-def dir_prefix(prefix: str) -> str:
-    """Normalise a ``list_dir`` argument to ``""`` or a prefix ending in ``/``."""
-    prefix = validate_prefix(prefix)
-    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
-
-
-def split_dir(
-    prefix: str, keys: Iterable[str], prefixes: Iterable[str] = ()
-) -> tuple[list[str], list[str]]:
-    """``(keys, child prefixes)`` directly in the folder ``prefix`` (``""`` or ending in
-    ``/``) from keys below it: deeper keys become their child prefix. ``prefixes`` are
-    child prefixes known already. Both sorted, without duplicates."""
-    direct: set[str] = set()
-    children = set(prefixes)
-    for key in keys:
-        head, sep, _ = key[len(prefix) :].partition("/")
-        if sep:
-            children.add(prefix + head + "/")
-        else:
-            direct.add(key)
-    return sorted(direct), sorted(children)
-
-
-def apply_runs(current: BytesLike | None, runs: Iterable[tuple[int, BytesLike]]) -> bytearray:
-    """``current`` (``None`` = empty) with each ``(start, bytes)`` run written over it.
-
-    A run starting past the end zero-fills the gap.
-    """
-    buf = bytearray(b"" if current is None else current)
-    for start, value in runs:
-        if start > len(buf):
-            buf.extend(bytes(start - len(buf)))
-        buf[start : start + len(value)] = value
-    return buf
-
-
-async def retry_on_conflict(
-    attempt: Callable[[], Awaitable[T]],
-    key: str,
-    *,
-    attempts: int = CONFLICT_RETRIES,
-    patience: float = CONFLICT_PATIENCE,
-) -> T:
-    """Run a read-modify-write ``attempt`` until it does not raise ``ConflictError``.
-
-    Retries sleep a random, exponentially growing time (capped at 0.25 s) so that
-    concurrent writers of one object spread out instead of colliding again. Every
-    conflict means another writer's write landed, so a writer that keeps losing on a busy
-    object waits its turn: it gives up (``ConflictError``) only once it has made
-    ``attempts`` attempts *and* ``patience`` seconds have passed.
-    """
-    started = time.monotonic()
-    n = 0
-    while True:
-        try:
-            return await attempt()
-        except ConflictError:
-            n += 1
-            if n >= attempts and time.monotonic() - started >= patience:
-                break
-            await asyncio.sleep(random.uniform(0, min(0.25, 0.002 * 2 ** min(n - 1, 8))))
-    raise ConflictError(
-        f"{key}: gave up after {n} conflicting concurrent writes in "
-        f"{time.monotonic() - started:.1f} s",
-        key=key,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectMeta:
-    """What a store knows about an object without reading it."""
-
-    key: str
-    size: int
-    version: str | None = None
-    last_modified: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GetResult:
-    """Bytes read from an object (the whole object or a range) and its metadata."""
-
-    data: Data
-    meta: ObjectMeta
-
-
-def check_condition(
-    key: str, current: ObjectMeta | None, if_match: str | None, if_absent: bool = False
-) -> None:
-    """Raise ``ConflictError`` unless ``current`` satisfies the write/read condition."""
-    if if_absent and current is not None:
-        raise ConflictError(f"{key}: object already exists", key=key)
-    if if_match is not None and (current is None or current.version != if_match):
-        raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
-
-
-@dataclass
-class StoreStats:
-    """Cost counters: requests by kind and bytes moved. Tests assert budgets on these."""
-
-    requests: Counter[str] = field(default_factory=Counter)
-    bytes_fetched: int = 0
-    bytes_returned: int = 0
-    bytes_written: int = 0
-
-    @property
-    def total_requests(self) -> int:
-        """All requests of every kind."""
-        return sum(self.requests.values())
-
-    def reset(self) -> None:
-        """Zero every counter."""
-        self.requests.clear()
-        self.bytes_fetched = self.bytes_returned = self.bytes_written = 0
 
 
 class Store(ABC):
-    """Abstract async key-value store; see the module docstring for the conventions."""
+    """Abstract async key-value store; see the module docstring for the conventions.
+
+    Each public verb validates its keys, counts the call, then runs primitives:
+
+    ====================================  =============================================
+    public verb                           primitive a backend implements
+    ====================================  =============================================
+    ``get``, ``get_object``               ``_get`` (through ``_fetch``: bounded, counted)
+    ``get_partial_values``                ``_get``, one per coalesced range
+    ``get_many``                          ``_get_many`` (default: ``_get`` each)
+    ``head``, ``exists``                  ``_head``
+    ``set``                               ``_set``
+    ``set_many``                          ``_set_many`` (default: ``_set`` each)
+    ``set_partial_values``                ``_get`` + ``_set`` per key (read-modify-write)
+    ``copy``, ``copy_many``               ``_copy``, ``_copy_many`` (default: read + set)
+    ``erase_values``                      ``_erase_many`` (default: ``_erase`` each)
+    ``erase_if_match``                    ``_erase_if_match``
+    ``erase_prefix``                      ``list_prefix`` + ``erase_values``
+    ``list``, ``list_prefix``             ``_list``
+    ``list_dir``                          ``_list_dir``
+    ``close``                             ``_close``
+    ====================================  =============================================
+
+    Request kinds in :attr:`stats` are named after the wire: ``get``, ``head``, ``put``,
+    ``delete``, ``copy``, ``list``.
+    """
 
     def __init__(
         self,
@@ -255,7 +138,7 @@ class Store(ABC):
 
     @property
     def supports_conditional_deletes(self) -> bool:
-        """Whether :meth:`delete_if_match` works."""
+        """Whether :meth:`erase_if_match` works."""
         return False
 
     @property
@@ -280,24 +163,24 @@ class Store(ABC):
     async def _head(self, key: str) -> ObjectMeta | None:
         """Metadata of one object, ``None`` if missing."""
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         """Write one object (atomically); return its new version if known."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         """Delete one object; a missing object is not an error."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
-    async def _delete_many(self, keys: Sequence[str]) -> None:
+    async def _erase_many(self, keys: Sequence[str]) -> None:
         """Delete distinct objects (missing ones are fine) and count the requests sent.
 
-        The default sends one ``_delete`` per key under the concurrency bound. Backends
+        The default sends one ``_erase`` per key under the concurrency bound. Backends
         with bulk deletes override it; each counts ``delete`` as the requests it sent.
         """
         self._count_request("delete", len(keys))
-        await gather_settled(self._bounded(self._delete(key)) for key in keys)
+        await gather_settled(self._bounded(self._erase(key)) for key in keys)
 
     async def _copy(self, source: str, target: str) -> int | None:
         """Copy one object to another key (atomically replacing it); return its size, or
@@ -306,7 +189,7 @@ class Store(ABC):
         got = await self._bounded(self._get(source, None, None))
         if got is None:
             return None
-        await self._bounded(self._put(target, got.data, None, False))
+        await self._bounded(self._set(target, got.data, None, False))
         return len(got.data)
 
     async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
@@ -318,12 +201,12 @@ class Store(ABC):
         bound; backends that read a batch more cheaply (one worker thread) override it."""
         return await gather_settled(self._bounded(self._get(k, None, None)) for k in keys)
 
-    async def _put_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+    async def _set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         """Write distinct objects unconditionally, each atomically; return their versions.
         The default writes each under the concurrency bound; backends override it."""
-        return await gather_settled(self._bounded(self._put(k, v, None, False)) for k, v in items)
+        return await gather_settled(self._bounded(self._set(k, v, None, False)) for k, v in items)
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
+    async def _erase_if_match(self, key: str, version: str) -> None:
         """Delete one object only if it is at ``version``; ``ConflictError`` otherwise."""
         raise UnsupportedOperationError(f"{self!r} cannot delete conditionally")
 
@@ -531,7 +414,7 @@ class Store(ABC):
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["put"] += 1
         self.stats.bytes_written += len(value)
-        return await self._bounded(self._put(key, value, if_match, if_absent))
+        return await self._bounded(self._set(key, value, if_match, if_absent))
 
     async def set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         """Write many objects unconditionally as one backend batch; return their versions.
@@ -546,7 +429,7 @@ class Store(ABC):
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["put"] += len(keys)
         self.stats.bytes_written += sum(len(v) for _, v in items)
-        return await self._put_many(items)
+        return await self._set_many(items)
 
     async def copy(self, source: str, target: str) -> int | None:
         """Copy object ``source`` to ``target`` (replacing it atomically); return the size
@@ -608,9 +491,9 @@ class Store(ABC):
         if not self.supports_writes:
             raise ReadOnlyError(f"{self!r} is read-only")
         if unique:
-            await self._delete_many(unique)
+            await self._erase_many(unique)
 
-    async def delete_if_match(self, key: str, version: str) -> None:
+    async def erase_if_match(self, key: str, version: str) -> None:
         """Delete ``key`` only if it is still at ``version``; ``ConflictError`` otherwise.
 
         A missing object is a conflict too. Only on stores that
@@ -620,7 +503,7 @@ class Store(ABC):
         if not self.supports_writes:
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["delete"] += 1
-        await self._bounded(self._delete_if_match(key, version))
+        await self._bounded(self._erase_if_match(key, version))
 
     async def erase_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with ``prefix`` (``""`` erases all)."""

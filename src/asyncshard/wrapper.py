@@ -112,18 +112,18 @@ class WrapperStore(Store):
         meta = await self.inner.head(self._inner_key(key))
         return None if meta is None else dataclasses.replace(meta, key=key)
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         return await self.inner.set(
             self._inner_key(key), data, if_match=if_match, if_absent=if_absent
         )
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         await self.inner.erase_values([self._inner_key(key)])
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
-        await self.inner.delete_if_match(self._inner_key(key), version)
+    async def _erase_if_match(self, key: str, version: str) -> None:
+        await self.inner.erase_if_match(self._inner_key(key), version)
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         async for key in self.inner.list_prefix(self._inner_key(prefix)):

@@ -122,21 +122,21 @@ class CrashingStore(Store):
     async def _head(self, key: str) -> ObjectMeta | None:
         return await self.inner._head(key)
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         if self.puts_left is not None and self.match(key):
             if self.puts_left == 0:
                 raise Crash(f"crash before writing {key}")
             self.puts_left -= 1
-        return await self.inner._put(key, data, if_match, if_absent)
+        return await self.inner._set(key, data, if_match, if_absent)
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         if self.deletes_left is not None and self.match(key):
             if self.deletes_left == 0:
                 raise Crash(f"crash before deleting {key}")
             self.deletes_left -= 1
-        await self.inner._delete(key)
+        await self.inner._erase(key)
 
     def _list(self, prefix: str) -> AsyncIterator[str]:
         return self.inner._list(prefix)

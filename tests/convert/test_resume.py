@@ -170,10 +170,10 @@ async def test_metadata_changed_during_the_run_is_a_conflict(tmp_path: Path) -> 
     arr, data = sample(tmp_path)
 
     class Meddler(CrashingStore):
-        async def _put(self, key: str, value: Any, if_match: Any, if_absent: bool) -> Any:
+        async def _set(self, key: str, value: Any, if_match: Any, if_absent: bool) -> Any:
             if key.endswith("c.1.1"):
                 (arr / "zarr.json").write_text((arr / "zarr.json").read_text() + " ")
-            return await super()._put(key, value, if_match, if_absent)
+            return await super()._set(key, value, if_match, if_absent)
 
     with pytest.raises(ConversionError, match="changed while the conversion ran"):
         await shard_store_async(Meddler(LocalStore(arr)), 2)

@@ -85,11 +85,11 @@ class RecordingStore(MemoryStore):
         super().__init__(**options)
         self.writes: list[tuple[str, str | None, bool]] = []
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         self.writes.append((key, if_match, if_absent))
-        return await super()._put(key, data, if_match, if_absent)
+        return await super()._set(key, data, if_match, if_absent)
 
 
 @pytest.fixture(params=["memory", "local"])

@@ -32,12 +32,12 @@ class Hooked(MemoryStore):
         self.before_put: Callable[[str], Awaitable[None]] | None = None
         self.before_get: Callable[[str, ByteRange | None], Awaitable[None]] | None = None
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         if self.before_put is not None:
             await self.before_put(key)
-        return await super()._put(key, data, if_match, if_absent)
+        return await super()._set(key, data, if_match, if_absent)
 
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None

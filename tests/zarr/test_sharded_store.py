@@ -276,13 +276,13 @@ class HeldDeletes(MemoryStore):
     def supports_conditional_deletes(self) -> bool:
         return self._conditional_deletes
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         await self.release.wait()
-        await super()._delete(key)
+        await super()._erase(key)
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
+    async def _erase_if_match(self, key: str, version: str) -> None:
         await self.release.wait()
-        await super()._delete_if_match(key, version)
+        await super()._erase_if_match(key, version)
 
 
 @pytest.mark.parametrize("conditional_deletes", [True, False])

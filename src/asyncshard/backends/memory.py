@@ -37,7 +37,7 @@ class MemoryStore(Store):
         entry = self._objects.get(key)
         return None if entry is None else entry[1]
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         entry = self._objects.get(key)
@@ -47,10 +47,10 @@ class MemoryStore(Store):
         self._objects[key] = (value, ObjectMeta(key, len(value), version, datetime.now(UTC)))
         return version
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         self._objects.pop(key, None)
 
-    async def _delete_many(self, keys: Sequence[str]) -> None:
+    async def _erase_many(self, keys: Sequence[str]) -> None:
         """All at once; ``delete`` counts one per key, as every key is an operation."""
         self._count_request("delete", len(keys))
         for key in keys:
@@ -60,7 +60,7 @@ class MemoryStore(Store):
     def supports_conditional_deletes(self) -> bool:
         return True
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
+    async def _erase_if_match(self, key: str, version: str) -> None:
         entry = self._objects.get(key)
         check_condition(key, entry and entry[1], version, False)
         del self._objects[key]

@@ -640,7 +640,7 @@ class _Server:
         if current is not None:
             if current.version is None:
                 return _error(501, f"501 Not Implemented: {key} has no version to delete by")
-            await self.store.delete_if_match(key, current.version)
+            await self.store.erase_if_match(key, current.version)
         return web.Response(status=204)
 
     async def _put(

@@ -60,7 +60,7 @@ async def read_merge_write(
     version read when nothing was written).
 
     A shard left without chunks is deleted only if that cannot lose a concurrent write:
-    conditionally where the store can (``delete_if_match``); where it can write but not
+    conditionally where the store can (``erase_if_match``); where it can write but not
     delete conditionally, ``empty_shard()`` (an index with every entry empty, which
     readers see as no chunks) is written conditionally instead of deleting. Stores with
     no conditions at all are last-writer-wins anyway and get a plain delete.
@@ -77,7 +77,7 @@ async def read_merge_write(
                 written(None, None)
                 return None
             if inner.supports_conditional_deletes and current.meta.version:
-                await inner.delete_if_match(shard_key, current.meta.version)
+                await inner.erase_if_match(shard_key, current.meta.version)
                 written(None, None)
                 return None
             if not conditional:

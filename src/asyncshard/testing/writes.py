@@ -202,11 +202,11 @@ class WriteConformance(ConformanceBase):
         await store.set(key, b"2")
         assert old is not None and old.version
         with pytest.raises(ConflictError):
-            await store.delete_if_match(key, old.version)
+            await store.erase_if_match(key, old.version)
         assert await store.get(key) == b"2"
         current = await store.head(key)
         assert current is not None and current.version
-        await store.delete_if_match(key, current.version)
+        await store.erase_if_match(key, current.version)
         assert await store.get(key) is None
         with pytest.raises(ConflictError):
-            await store.delete_if_match(key, current.version)  # gone: a conflict too
+            await store.erase_if_match(key, current.version)  # gone: a conflict too

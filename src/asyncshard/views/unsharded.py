@@ -428,7 +428,7 @@ class UnshardedView(WrapperStore):
         if not self.supports_writes:
             raise ReadOnlyError(f"{self!r} is read-only")
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         self._check_writable()
@@ -451,7 +451,7 @@ class UnshardedView(WrapperStore):
                 )
             )
         self._refuse(key, target)
-        return await super()._put(key, data, if_match, if_absent)
+        return await super()._set(key, data, if_match, if_absent)
 
     async def _gated(
         self, target: _Chunk, op: Callable[[], Awaitable[T]], *, whole: bool = False
@@ -503,7 +503,7 @@ class UnshardedView(WrapperStore):
                 data = await self._map_back_group(key, folder, bytes(data))
                 if if_match is not None and if_match.startswith(VERSION_PREFIX):
                     if_match = _inner_version(key, if_match)  # as read: presented rewritten
-        return await super()._put(key, data, if_match, if_absent)
+        return await super()._set(key, data, if_match, if_absent)
 
     async def _map_back_group(self, key: str, folder: str, data: bytes) -> bytes:
         """A group document written through the view, with the consolidated metadata of
@@ -635,10 +635,10 @@ class UnshardedView(WrapperStore):
             for folder in folders:
                 self.folders.invalidate(folder)
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         await self.erase_values([key])
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
+    async def _erase_if_match(self, key: str, version: str) -> None:
         raise UnsupportedOperationError(f"{self!r} cannot delete conditionally")
 
     async def erase_prefix(self, prefix: str) -> None:

@@ -400,7 +400,7 @@ class CloudStore(Store):
 
     # -- writes -------------------------------------------------------------------------
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         self._check_writable()
@@ -444,7 +444,7 @@ class CloudStore(Store):
             raise self._error(exc, failure, key, "write") from exc
         return encode_version(result.get("e_tag"), result.get("version"))
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         self._check_writable()
         try:
             await self._call(obstore.delete_async(self._os, key))
@@ -453,12 +453,12 @@ class CloudStore(Store):
             if failure is not Failure.MISSING:
                 raise self._error(exc, failure, key, "delete") from exc
 
-    async def _delete_many(self, keys: Sequence[str]) -> None:
+    async def _erase_many(self, keys: Sequence[str]) -> None:
         """S3: one DeleteObjects request per 1,000 keys; elsewhere one DELETE per key."""
         self._check_writable()
         size = BULK_DELETE_KEYS.get(self.kind)
         if size is None:
-            await super()._delete_many(keys)
+            await super()._erase_many(keys)
             return
         batches = [list(keys[i : i + size]) for i in range(0, len(keys), size)]
         self._count_request("delete", len(batches))

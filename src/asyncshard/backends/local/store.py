@@ -152,12 +152,12 @@ class LocalStore(Store):
 
     # -- writes and copies --------------------------------------------------------------
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         return await asyncio.to_thread(self._writer.write, key, data, if_match, if_absent)
 
-    async def _put_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
+    async def _set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         return await self._bounded(asyncio.to_thread(self._writer.write_batch, items))
 
     async def _copy(self, source: str, target: str) -> int | None:
@@ -178,15 +178,15 @@ class LocalStore(Store):
 
     # -- deletes ------------------------------------------------------------------------
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         await to_completion(deletes.unlink_many, self._root, [key])
 
-    async def _delete_many(self, keys: Sequence[str]) -> None:
+    async def _erase_many(self, keys: Sequence[str]) -> None:
         """One worker-thread hop for the whole batch; ``delete`` counts one per key."""
         self._count_request("delete", len(keys))
         await self._bounded(to_completion(deletes.unlink_many, self._root, keys))
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
+    async def _erase_if_match(self, key: str, version: str) -> None:
         await asyncio.to_thread(deletes.unlink_if_match, self._root, key, version)
 
     # -- listing ------------------------------------------------------------------------

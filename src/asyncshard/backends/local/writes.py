@@ -61,7 +61,7 @@ class FileWriter:
             fd, tmp = self._create_temp(folder, created)
             root.check_opened(fd, key)  # a folder swapped for a link to outside
             st, token = self._write_data(fd, data)
-            # Unconditional writes take the lock too: delete_if_match checks and unlinks
+            # Unconditional writes take the lock too: erase_if_match checks and unlinks
             # under it, and must not unlink a file renamed in between.
             with locked(folder) as dfd:
                 root.check_opened(dfd, key, close=False)
@@ -204,7 +204,7 @@ class FileWriter:
         tmp = f"{TMP_PREFIX}{uuid.uuid4().hex}"
         try:
             make_folders(folder, created)
-            with locked(folder) as dfd:  # as every write: delete_if_match must not race
+            with locked(folder) as dfd:  # as every write: erase_if_match must not race
                 self.root.check_opened(dfd, target, close=False)
                 try:
                     linked = f"/proc/self/fd/{sfd}" if PROC_FD else src

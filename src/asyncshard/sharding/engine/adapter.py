@@ -229,13 +229,13 @@ class ShardedAdapter(WrapperStore, Generic[C]):
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def _put(
+    async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
         loc = self._writable(key)
         if loc is None:
             self._pass_through(key)
-            return await super()._put(key, data, if_match, if_absent)
+            return await super()._set(key, data, if_match, if_absent)
         conditional = if_match is not None or if_absent
         value = bytes(data)
         change = if_version(key, value, if_match, if_absent) if conditional else constant(value)
@@ -307,14 +307,14 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         by_shard = {s: [(keys[i], c) for i, c in m] for s, m in routed.by_shard.items()}
         await settle(self.writes.chunk_erases(by_shard, plain))
 
-    async def _delete(self, key: str) -> None:
+    async def _erase(self, key: str) -> None:
         await self.erase_values([key])
 
-    async def _delete_if_match(self, key: str, version: str) -> None:
+    async def _erase_if_match(self, key: str, version: str) -> None:
         loc = self._writable(key)
         if loc is None:
             self._pass_through(key)
-            await super()._delete_if_match(key, version)
+            await super()._erase_if_match(key, version)
             return
         await self.writes.apply(loc.shard_key, [(loc.chunk, if_version(key, None, version))])
 
