@@ -173,7 +173,7 @@ def test_ls_into_a_closed_pipe_ends_quietly(bucket: Bucket, tmp_path: Path) -> N
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_serve_reaches_the_bucket_through_the_flags(bucket: Bucket, workers: str) -> None:
     """``asyncshard serve s3://... --endpoint ... -o ...``, also in worker processes."""
-    from tests.server.process import Running
+    from tests.http_app.process import Running
 
     url = f"s3://{bucket.server.bucket}/{bucket.prefix}"
     server = Running(url, "--quiet", "--workers", workers, *bucket.flags())

@@ -1,5 +1,6 @@
 """The asyncshard server: any Store served over HTTP to web viewers (``asyncshard serve``)."""
 
-from asyncshard.server.app import DEFAULT_CACHE_CONTROL, PIECE_SIZE, make_app
+from asyncshard.server.app import make_app
+from asyncshard.server.config import DEFAULT_CACHE_CONTROL, PIECE_SIZE, AppConfig
 
-__all__ = ["DEFAULT_CACHE_CONTROL", "PIECE_SIZE", "make_app"]
+__all__ = ["DEFAULT_CACHE_CONTROL", "PIECE_SIZE", "AppConfig", "make_app"]

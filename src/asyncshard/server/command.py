@@ -10,18 +10,20 @@ import secrets
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from asyncshard.cache import DEFAULT_CACHE_BYTES
 from asyncshard.errors import AsyncShardError
-from asyncshard.server.app import (
+from asyncshard.server.config import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_CACHE_CONTROL,
     DEFAULT_DATA_CACHE_BYTES,
     DEFAULT_WRITE_TIMEOUT,
+    AppConfig,
 )
 from asyncshard.server.demo import neuroglancer_state, neuroglancer_url, write_demo
 from asyncshard.server.runner import (
@@ -54,6 +56,16 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
         return parse_size(str(value))
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _size_option(flag: str, default: int, help: str) -> Callable[[F], F]:
+    """A click option taking a size (``256M``, ``1GiB``...) in bytes."""
+    return click.option(
+        flag, default=f"{default >> 20}M", callback=_size, show_default=True, help=help
+    )
 
 
 def _link_host(host: str) -> str:
@@ -89,19 +101,13 @@ def _demo_folder(folder: str) -> Iterator[str]:
     show_default=True,
     help="Cache-Control of objects; '' sends none.",
 )
-@click.option(
-    "--cache-bytes",
-    default=f"{DEFAULT_CACHE_BYTES >> 20}M",
-    callback=_size,
-    show_default=True,
-    help="Shard-index cache of --unshard, in bytes (256M, 1G...).",
+@_size_option(
+    "--cache-bytes", DEFAULT_CACHE_BYTES, "Shard-index cache of --unshard, in bytes (256M, 1G...)."
 )
-@click.option(
+@_size_option(
     "--data-cache-bytes",
-    default=f"{DEFAULT_DATA_CACHE_BYTES >> 20}M",
-    callback=_size,
-    show_default=True,
-    help="Chunk-data cache of --unshard per process (0: none).",
+    DEFAULT_DATA_CACHE_BYTES,
+    "Chunk-data cache of --unshard per process (0: none).",
 )
 @click.option(
     "--recheck-after",
@@ -141,12 +147,10 @@ def _demo_folder(folder: str) -> Iterator[str]:
     help="Server processes sharing the port (SO_REUSEPORT), each with its own caches; "
     "use about one per core.",
 )
-@click.option(
+@_size_option(
     "--buffer-bytes",
-    default=f"{DEFAULT_BUFFER_BYTES >> 20}M",
-    callback=_size,
-    show_default=True,
-    help="Body bytes one server process holds for all clients at once; pieces shrink to "
+    DEFAULT_BUFFER_BYTES,
+    "Body bytes one server process holds for all clients at once; pieces shrink to "
     "64 KiB when it runs low.",
 )
 @click.option(
@@ -162,22 +166,13 @@ def serve(
     url: str | None,
     host: str,
     port: int,
-    allow_origin: str,
-    cache_control: str,
-    cache_bytes: int,
-    data_cache_bytes: int,
-    recheck_after: float,
-    unshard: bool,
-    writable: bool,
-    token: str | None,
     demo: str | None,
     workers: int,
-    buffer_bytes: int,
-    write_timeout: float,
     quiet: bool,
     endpoint: str | None,
     anon: bool,
     option: tuple[str, ...],
+    **answer: Any,
 ) -> None:
     """Serve the store at URL over HTTP to web viewers (Neuroglancer, vizarr...).
 
@@ -186,13 +181,17 @@ def serve(
     """
     if (url is None) == (demo is None):
         raise click.UsageError("give a store URL to serve, or --demo [FOLDER]")
-    if writable and unshard:
+    writable = answer["writable"]
+    if writable and answer["unshard"]:
         raise click.UsageError("--unshard serves a read-only view: it excludes --writable")
     if workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
         raise click.UsageError("--workers needs SO_REUSEPORT, which this system lacks")
-    if writable and not token:
-        token = secrets.token_urlsafe(24)
-        click.echo(f"Write token (send 'Authorization: Bearer <token>'): {token}", err=True)
+    if writable and not answer["token"]:
+        answer["token"] = secrets.token_urlsafe(24)
+        click.echo(
+            f"Write token (send 'Authorization: Bearer <token>'): {answer['token']}", err=True
+        )
+    app_config = AppConfig(**answer)  # the flags' own checks keep its ValueErrors away
     configure_logging(quiet)
     try:
         storage = storage_options(url, endpoint, anon, option)
@@ -208,18 +207,9 @@ def serve(
             assert url is not None
             config = ServeConfig(
                 url,
+                app_config,
                 host=host,
                 port=port,
-                allow_origin=allow_origin,
-                cache_control=cache_control or None,
-                cache_bytes=cache_bytes,
-                data_cache_bytes=data_cache_bytes,
-                recheck_after=recheck_after,
-                unshard=unshard,
-                writable=writable,
-                token=token,
-                buffer_bytes=buffer_bytes,
-                write_timeout=write_timeout,
                 quiet=quiet,
                 workers=workers,
                 storage_options=storage,

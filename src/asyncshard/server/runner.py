@@ -1,7 +1,8 @@
 """Running the server of ``asyncshard serve`` in one process (each worker runs one).
 
 :class:`ServeConfig` is everything a server process needs, plain and picklable, so that
-``--workers`` can hand it to spawned processes; :func:`serve_config` opens the store,
+``--workers`` can hand it to spawned processes: what to serve and where, and the
+:class:`~.config.AppConfig` of the application; :func:`serve_config` opens the store,
 builds the application and serves it until SIGINT/SIGTERM.
 """
 
@@ -19,16 +20,9 @@ from typing import Any
 from aiohttp import web
 
 from asyncshard.backends.registry import open_store
-from asyncshard.cache import DEFAULT_CACHE_BYTES
 from asyncshard.errors import StorePermissionError, UnsupportedOperationError
-from asyncshard.server.app import (
-    DEFAULT_BUFFER_BYTES,
-    DEFAULT_CACHE_CONTROL,
-    DEFAULT_DATA_CACHE_BYTES,
-    DEFAULT_WRITE_TIMEOUT,
-    make_app,
-)
-from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
+from asyncshard.server.app import make_app
+from asyncshard.server.config import AppConfig
 from asyncshard.store import Store
 
 #: Access log: client, request line, status, bytes sent and the Range asked for.
@@ -51,18 +45,9 @@ class ServeConfig:
     """What one server process serves, and how (the options of ``asyncshard serve``)."""
 
     url: str
+    app: AppConfig = field(default_factory=AppConfig)
     host: str = "127.0.0.1"
     port: int = 0
-    allow_origin: str = "*"
-    cache_control: str | None = DEFAULT_CACHE_CONTROL
-    cache_bytes: int = DEFAULT_CACHE_BYTES
-    data_cache_bytes: int = DEFAULT_DATA_CACHE_BYTES
-    recheck_after: float = DEFAULT_RECHECK_AFTER
-    unshard: bool = False
-    writable: bool = False
-    token: str | None = None
-    buffer_bytes: int = DEFAULT_BUFFER_BYTES
-    write_timeout: float = DEFAULT_WRITE_TIMEOUT
     quiet: bool = False
     workers: int = 1
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -147,21 +132,9 @@ async def serve_config(
     """
     store = open_store(config.url, config.storage_options)
     try:
-        if check and not config.writable:
+        if check and not config.app.writable:
             await check_servable(store, config.url)
-        app = make_app(
-            store,
-            allow_origin=config.allow_origin,
-            cache_control=config.cache_control,
-            unshard=config.unshard,
-            cache_bytes=config.cache_bytes,
-            data_cache_bytes=config.data_cache_bytes,
-            recheck_after=config.recheck_after,
-            writable=config.writable,
-            token=config.token,
-            buffer_bytes=config.buffer_bytes,
-            write_timeout=config.write_timeout,
-        )
+        app = make_app(store, config.app)
     except BaseException:
         await store.close()
         raise

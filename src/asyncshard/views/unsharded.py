@@ -47,31 +47,25 @@ Shard changes are seen at once by chunk reads (data reads are conditioned on the
 index's version); "no such chunk" answers come from an index at most ``recheck_after``
 seconds old.
 
-Versions of rewritten metadata and virtual chunks are the underlying versions with the
-prefix ``unshard:``, so they never collide with the versions of the raw objects at the
-same keys (an HTTP cache revalidating one against the other must not match).
+Versions of rewritten metadata and virtual chunks carry the prefix ``unshard:``
+(:mod:`~asyncshard.views.targets`).
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import logging
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
     Hashable,
     Iterable,
-    Iterator,
     Sequence,
 )
-from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import TypeVar
 
 from asyncshard.cache import IndexCache
 from asyncshard.errors import (
-    AsyncShardError,
     ConflictError,
     InvalidKeyError,
     ReadOnlyError,
@@ -79,7 +73,7 @@ from asyncshard.errors import (
 )
 from asyncshard.fanout import settle
 from asyncshard.ranges import ByteRange, Range, resolve
-from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, Location
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ChunkRead
 from asyncshard.store import (
     BytesLike,
     GetResult,
@@ -100,6 +94,19 @@ from asyncshard.views.datasets import (
 )
 from asyncshard.views.folders import Folders, Node, folder_of_metadata
 from asyncshard.views.gate import WriteGate
+from asyncshard.views.targets import (
+    GROUP_DOCUMENT,
+    VERSION_PREFIX,
+    Chunk,
+    Hidden,
+    Target,
+    inner_version,
+    is_group_document,
+    parsing,
+    target_in,
+    virtual_meta,
+    virtual_version,
+)
 from asyncshard.wrapper import WrapperStore, with_key
 
 __all__ = [
@@ -110,9 +117,6 @@ __all__ = [
     "virtual_version",
 ]
 
-VERSION_PREFIX = "unshard:"
-#: Name of the documents that may be groups with consolidated metadata.
-GROUP_DOCUMENT = "zarr.json"
 #: Group documents larger than this are served as they are (never read whole to rewrite).
 MAX_GROUP_DOCUMENT = 16 * 1024 * 1024
 DEFAULT_METADATA_TTL = 60.0
@@ -120,62 +124,7 @@ DEFAULT_MAX_FOLDERS = 16384
 #: Folders above a key searched for its dataset: 32 dimensions + 2 (see the module doc).
 DEFAULT_MAX_DEPTH = 34
 
-log = logging.getLogger("asyncshard.views")
 T = TypeVar("T")
-
-
-def virtual_version(version: str | None) -> str | None:
-    """The version the view reports for an object derived from one at ``version``."""
-    return None if version is None else VERSION_PREFIX + version
-
-
-def _inner_version(key: str, if_match: str | None) -> str | None:
-    if if_match is None:
-        return None
-    if not if_match.startswith(VERSION_PREFIX):
-        raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
-    return if_match[len(VERSION_PREFIX) :]
-
-
-def _is_group_document(key: str) -> bool:
-    return key.rpartition("/")[2] == GROUP_DOCUMENT
-
-
-def _virtual(meta: ObjectMeta) -> ObjectMeta:
-    return ObjectMeta(meta.key, meta.size, virtual_version(meta.version), meta.last_modified)
-
-
-@contextlib.contextmanager
-def _parsing(key: str) -> Iterator[None]:
-    """Turn a ``ValueError``/``OverflowError`` out of a dataset's key parsing into
-    :class:`InvalidKeyError` (``400``): a key no parser can read is the client's error."""
-    try:
-        yield
-    except AsyncShardError:
-        raise  # already typed (some are ValueErrors too)
-    except (ValueError, OverflowError) as exc:
-        log.warning("unparsable key %.200r: %s: %.200s", key, type(exc).__name__, exc)
-        raise InvalidKeyError(f"cannot parse the key {key[:200]!r}") from None
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    """A chunk key of a dataset: its scope (sharded store), its key and location there."""
-
-    scope: Scope
-    rel: str
-    node: Node
-    loc: Location[Any]
-
-
-class _Hidden:
-    """A key the view hides: a shard file of a sharded precomputed scale."""
-
-
-_HIDDEN = _Hidden()
-#: What serves a key: the dataset's node (its metadata key), a chunk, a hidden shard
-#: file, or ``None`` (the wrapped store, unchanged).
-_Target: TypeAlias = Node | _Chunk | _Hidden | None
 
 
 class _CallerConflict(Exception):
@@ -267,33 +216,16 @@ class UnshardedView(WrapperStore):
 
     # -- routing --------------------------------------------------------------------------
 
-    def _scope_of(self, node: Node, key: str) -> _Target:
-        """The chunk ``key`` names in the node's dataset, ``_HIDDEN`` for a shard file,
-        else ``None``."""
-        assert node.dataset is not None
-        with _parsing(key):
-            for scope in node.dataset.scopes:
-                rel = scope.key(key)
-                if rel is None:
-                    continue
-                fmt = scope.store.format
-                loc = fmt.locate(rel)
-                if loc is not None:
-                    return _Chunk(scope, rel, node, loc)
-                if fmt.is_shard(fmt.inner_key(rel)):
-                    return _HIDDEN
-        return None
-
-    async def _route(self, key: str) -> _Target:
-        """What serves ``key`` (see :data:`_Target`)."""
+    async def _route(self, key: str) -> Target:
+        """What serves ``key`` (see :data:`Target`)."""
         node = await self.folders.find(key)
         if node is None or node.dataset is None:
             return None
         if key == node.dataset.metadata_key:
             return node
-        return self._scope_of(node, key)
+        return target_in(node, key)
 
-    async def _target(self, key: str) -> _Target:
+    async def _target(self, key: str) -> Target:
         """:meth:`_route`, rechecking metadata first where ``recheck_metadata`` asks: a
         metadata document's folder is reloaded; a chunk outside its dataset reloads the
         dataset once (it may have grown)."""
@@ -303,7 +235,7 @@ class UnshardedView(WrapperStore):
         if folder is not None:
             await self.folders.node(folder, fresh=True)
         target = await self._route(key)
-        if isinstance(target, _Chunk) and not target.loc.inside:
+        if isinstance(target, Chunk) and not target.loc.inside:
             assert target.node.dataset is not None
             await self.folders.node(target.node.dataset.folder, fresh=True)
             target = await self._route(key)
@@ -315,13 +247,13 @@ class UnshardedView(WrapperStore):
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
         target = await self._target(key)
-        if target is None and _is_group_document(key):
+        if target is None and is_group_document(key):
             return await self._get_group(key, byte_range, if_match)
         if target is None:
             return await super()._get(key, byte_range, if_match)
-        if isinstance(target, _Hidden):
+        if isinstance(target, Hidden):
             return None
-        version = _inner_version(key, if_match)
+        version = inner_version(key, if_match)
         if isinstance(target, Node):
             assert target.dataset is not None
             if version is not None and version != target.version:
@@ -330,12 +262,14 @@ class UnshardedView(WrapperStore):
             start, end = resolve(byte_range, len(document))
             meta = ObjectMeta(key, len(document), virtual_version(target.version))
             return GetResult(memoryview(document)[start:end], meta)
-        result = await target.scope.store.get_located(
-            target.rel, target.loc, byte_range, if_match=version
-        )
+        loc = target.loc
+        if not loc.inside:
+            return None
+        read = ChunkRead(target.rel, loc.shard_key, loc.chunk, byte_range, version)
+        result = await target.scope.store.reads.read_one(read)
         if result is None:
             return None
-        return with_key(GetResult(result.data, _virtual(result.meta)), key)
+        return with_key(GetResult(result.data, virtual_meta(result.meta)), key)
 
     async def _get_group(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
@@ -343,7 +277,7 @@ class UnshardedView(WrapperStore):
         """A ``zarr.json`` that is no dataset's: a group whose consolidated metadata names
         sharded arrays is presented with them unsharded (and a virtual version)."""
         virtual = if_match is not None and if_match.startswith(VERSION_PREFIX)
-        version = _inner_version(key, if_match) if virtual else if_match
+        version = inner_version(key, if_match) if virtual else if_match
         head = Range(0, MAX_GROUP_DOCUMENT + 1)
         result = await self.inner.get_object(key, head, if_match=version)
         if result is None:
@@ -357,7 +291,7 @@ class UnshardedView(WrapperStore):
         if document is None:
             data: BytesLike = result.data
         else:
-            data, meta = document, _virtual(meta)
+            data, meta = document, virtual_meta(meta)
         if virtual != (document is not None) and if_match is not None:
             raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
         start, end = resolve(byte_range, len(data))
@@ -366,19 +300,19 @@ class UnshardedView(WrapperStore):
 
     async def _head(self, key: str) -> ObjectMeta | None:
         target = await self._target(key)
-        if target is None and _is_group_document(key):
+        if target is None and is_group_document(key):
             result = await self._get_group(key, None, None)
             return None if result is None else result.meta
         if target is None:
             return await super()._head(key)
-        if isinstance(target, _Hidden):
+        if isinstance(target, Hidden):
             return None
         if isinstance(target, Node):
             assert target.dataset is not None
             size = len(target.dataset.document)
             return ObjectMeta(key, size, virtual_version(target.version))
         meta = await target.scope.store.head(target.rel)
-        return None if meta is None else _virtual(ObjectMeta(key, meta.size, meta.version))
+        return None if meta is None else virtual_meta(ObjectMeta(key, meta.size, meta.version))
 
     # -- listing --------------------------------------------------------------------------
 
@@ -391,12 +325,12 @@ class UnshardedView(WrapperStore):
             for scope in dataset.scopes:
                 rel = scope.key(prefix)
                 if rel is not None:
-                    with _parsing(prefix):
+                    with parsing(prefix):
                         keys, prefixes = await scope.store.list_dir(rel)
                     base = scope.base
                     return [base + k for k in keys], [base + p for p in prefixes]
         keys, prefixes = await self.inner.list_dir(prefix)
-        shown = [k for k in keys if self._scope_of(node, k) is None]
+        shown = [k for k in keys if target_in(node, k) is None]
         return shown, prefixes
 
     async def has_folder(self, prefix: str) -> bool:
@@ -405,7 +339,7 @@ class UnshardedView(WrapperStore):
         node = await self.folders.find(prefix)
         if node is None or node.dataset is None:
             return False
-        with _parsing(prefix):
+        with parsing(prefix):
             for scope in node.dataset.scopes:
                 rel = scope.key(prefix)
                 if rel is not None and scope.store.format.is_chunk_folder(rel):
@@ -439,8 +373,8 @@ class UnshardedView(WrapperStore):
             finally:
                 self.folders.invalidate(folder)
         target = await self._target(key)
-        if isinstance(target, _Chunk):
-            version = _inner_version(key, if_match)
+        if isinstance(target, Chunk):
+            version = inner_version(key, if_match)
             store, rel = target.scope.store, target.rel
             conditional = version is not None or if_absent
             return virtual_version(
@@ -454,7 +388,7 @@ class UnshardedView(WrapperStore):
         return await super()._set(key, data, if_match, if_absent)
 
     async def _gated(
-        self, target: _Chunk, op: Callable[[], Awaitable[T]], *, whole: bool = False
+        self, target: Chunk, op: Callable[[], Awaitable[T]], *, whole: bool = False
     ) -> T:
         """``op()`` (a write of the chunk ``target``) through the write gate, grouped by
         shard; ``whole``: the write may count towards writing the whole shard."""
@@ -470,9 +404,9 @@ class UnshardedView(WrapperStore):
         tag = loc.chunk if whole else None
         return await self._gate.run(group, op, tag=tag, complete=complete)
 
-    def _refuse(self, key: str, target: _Target) -> None:
+    def _refuse(self, key: str, target: Target) -> None:
         """Raise for the targets no write may reach: shard files, precomputed metadata."""
-        if isinstance(target, _Hidden):
+        if isinstance(target, Hidden):
             raise UnsupportedOperationError(
                 f"{key}: a shard file of a sharded precomputed scale cannot be written "
                 "through the unsharded view; write its chunks by name"
@@ -491,18 +425,18 @@ class UnshardedView(WrapperStore):
         dataset = target.dataset if isinstance(target, Node) else None
         if dataset is not None and dataset.map_back is not None:
             return await self._map_back(key, dataset, bytes(data), if_match, if_absent)
-        if isinstance(target, _Chunk):  # a chunk named like a metadata document
+        if isinstance(target, Chunk):  # a chunk named like a metadata document
             version = await target.scope.store.set(
-                target.rel, data, if_match=_inner_version(key, if_match), if_absent=if_absent
+                target.rel, data, if_match=inner_version(key, if_match), if_absent=if_absent
             )
             return virtual_version(version)
         self._refuse(key, target)
         if target is None:
             self._refuse_sharded_creation(key, folder, bytes(data))
-            if _is_group_document(key):
+            if is_group_document(key):
                 data = await self._map_back_group(key, folder, bytes(data))
                 if if_match is not None and if_match.startswith(VERSION_PREFIX):
-                    if_match = _inner_version(key, if_match)  # as read: presented rewritten
+                    if_match = inner_version(key, if_match)  # as read: presented rewritten
         return await super()._set(key, data, if_match, if_absent)
 
     async def _map_back_group(self, key: str, folder: str, data: bytes) -> bytes:
@@ -540,7 +474,7 @@ class UnshardedView(WrapperStore):
         assert dataset.map_back is not None
         if if_absent:
             raise ConflictError(f"{key}: object already exists", key=key)
-        expected = _inner_version(key, if_match)
+        expected = inner_version(key, if_match)
         conditional = self.inner.supports_conditional_writes
         map_back = dataset.map_back
 
@@ -576,7 +510,7 @@ class UnshardedView(WrapperStore):
         by_scope: dict[int, tuple[Scope, list[tuple[str, int, BytesLike]], list[str]]] = {}
         for key, start, value in triples:
             target = await self._target(key)
-            if isinstance(target, _Chunk):
+            if isinstance(target, Chunk):
                 _, runs, keys = by_scope.setdefault(id(target.scope), (target.scope, [], []))
                 runs.append((target.rel, start, value))
                 keys.append(key)
@@ -607,9 +541,9 @@ class UnshardedView(WrapperStore):
         self.stats.requests["delete"] += len(keys)
         targets = [await self._target(key) for key in keys]
         for key, target in zip(keys, targets, strict=True):
-            if isinstance(target, _Hidden):
+            if isinstance(target, Hidden):
                 self._refuse(key, target)
-        if len(targets) == 1 and isinstance(target := targets[0], _Chunk):
+        if len(targets) == 1 and isinstance(target := targets[0], Chunk):
             # one chunk (zarr-python deletes chunk by chunk): joins its shard's writes
             store, rel = target.scope.store, target.rel
             await self._gated(target, lambda: store.erase_values([rel]))
@@ -617,7 +551,7 @@ class UnshardedView(WrapperStore):
         plain: list[str] = []
         by_scope: dict[int, tuple[Scope, list[str], list[str]]] = {}
         for key, target in zip(keys, targets, strict=True):
-            if isinstance(target, _Chunk):
+            if isinstance(target, Chunk):
                 _, rels, names = by_scope.setdefault(id(target.scope), (target.scope, [], []))
                 rels.append(target.rel)
                 names.append(key)

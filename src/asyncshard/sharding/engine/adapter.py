@@ -160,25 +160,6 @@ class ShardedAdapter(WrapperStore, Generic[C]):
             ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
         )
 
-    async def get_located(
-        self,
-        key: str,
-        loc: Location[C],
-        byte_range: ByteRange | None = None,
-        *,
-        if_match: str | None = None,
-    ) -> GetResult | None:
-        """:meth:`get_object` of a chunk key whose :class:`Location` the caller already
-        has (from ``format.locate(key)``, e.g. a view that routed it): no second parse."""
-        self.stats.requests["get"] += 1
-        result: GetResult | None = None
-        if loc.inside:
-            read = ChunkRead(key, loc.shard_key, loc.chunk, byte_range, if_match)
-            result = await self.reads.read_one(read)
-        if result is not None:
-            self.stats.bytes_returned += len(result.data)
-        return result
-
     async def get_partial_values(
         self,
         key_ranges: Iterable[tuple[str, ByteRange | None]],

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from asyncshard.backends import MemoryStore
-from tests.server.conftest import ServeFactory
+from tests.http_app.conftest import ServeFactory
 
 TOKEN = "t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from asyncshard.backends import LocalStore
 from asyncshard.server.app import LoggedRequest, make_app
+from asyncshard.server.config import AppConfig
 from asyncshard.store import Store
 
 DATA = bytes(range(256)) * 40  # 10240 bytes, every byte value
@@ -68,13 +69,17 @@ def serve(tmp_path: Path) -> ServeFactory:
     """``async with serve(**make_app_options) as served``: the app over a seeded folder."""
 
     @contextlib.asynccontextmanager
-    async def start(store: Store | None = None, **options: Any) -> AsyncIterator[Served]:
+    async def start(
+        store: Store | None = None, *, close_store: bool = True, **options: Any
+    ) -> AsyncIterator[Served]:
         root = tmp_path / "root"
         root.mkdir(exist_ok=True)
         seed(root, FILES)
         store = store if store is not None else LocalStore(root)
         log: deque[LoggedRequest] = deque()
-        async with running(make_app(store, request_log=log, **options)) as url:
+        async with running(
+            make_app(store, AppConfig(**options), request_log=log, close_store=close_store)
+        ) as url:
             yield Served(url, root, store, log)
 
     return start

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDictProxy
 
-from tests.server.conftest import DATA, FILES, Served, ServeFactory
+from tests.http_app.conftest import DATA, FILES, Served, ServeFactory
 
 SIZE = len(DATA)
 

@@ -15,7 +15,7 @@ from asyncshard.server.validators import (
     if_range_holds,
     parse_http_date,
 )
-from tests.server.conftest import DATA, Served
+from tests.http_app.conftest import DATA, Served
 
 HOSTILE = [
     "Mon, 01 Jan 99999 00:00:00 GMT",

@@ -10,7 +10,7 @@ import pytest
 
 from asyncshard.backends import LocalStore
 from asyncshard.server.demo import ZARR_PATH
-from tests.server.conftest import ServeFactory
+from tests.http_app.conftest import ServeFactory
 
 HOSTILE = {
     "deep": b"[" * 200_000 + b"]" * 200_000,

@@ -16,9 +16,10 @@ import psutil
 import pytest
 
 from asyncshard.backends import LocalStore
-from asyncshard.server.app import BUDGET, DEFAULT_BUFFER_BYTES, STALLS, make_app
-from tests.server.conftest import running
-from tests.server.process import Running
+from asyncshard.server.app import BUDGET, STALLS, make_app
+from asyncshard.server.config import DEFAULT_BUFFER_BYTES, AppConfig
+from tests.http_app.conftest import running
+from tests.http_app.process import Running
 
 MiB = 1 << 20
 STALLED = 300
@@ -100,7 +101,7 @@ async def test_a_stalled_reader_is_dropped_and_its_budget_returned(tmp_path: Pat
     root.mkdir()
     with open(root / "big", "wb") as f:
         f.truncate(32 * MiB)
-    app = make_app(LocalStore(root), write_timeout=0.5, buffer_bytes=8 * MiB)
+    app = make_app(LocalStore(root), AppConfig(write_timeout=0.5, buffer_bytes=8 * MiB))
     budget = app[BUDGET]
     async with running(app) as url:
         port = int(url.rsplit(":", 1)[1])
@@ -128,7 +129,7 @@ async def test_a_client_that_disconnects_mid_body_returns_its_budget(tmp_path: P
     root.mkdir()
     with open(root / "big", "wb") as f:
         f.truncate(32 * MiB)
-    app = make_app(LocalStore(root), buffer_bytes=8 * MiB)
+    app = make_app(LocalStore(root), AppConfig(buffer_bytes=8 * MiB))
     budget = app[BUDGET]
     async with running(app) as url:
         port = int(url.rsplit(":", 1)[1])

@@ -28,7 +28,7 @@ from asyncshard.server.demo import (
 from asyncshard.sharding.zarr import ZarrFormat
 from asyncshard.store import GetResult
 from asyncshard.views.unsharded import DEFAULT_MAX_DEPTH, UnshardedView
-from tests.server.conftest import Served, ServeFactory, running
+from tests.http_app.conftest import Served, ServeFactory, running
 
 VOLUME = demo_volume()
 

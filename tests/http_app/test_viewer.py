@@ -33,13 +33,14 @@ from PIL import Image
 
 from asyncshard.backends import LocalStore
 from asyncshard.server.app import LoggedRequest, make_app
+from asyncshard.server.config import AppConfig
 from asyncshard.server.demo import (
     PRECOMPUTED_PATH,
     SCALE_KEY,
     ZARR_PATH,
     neuroglancer_state,
 )
-from tests.server.browser import Chromium, Page, chromium_binary
+from tests.http_app.browser import Chromium, Page, chromium_binary
 from tests.servers._threaded import ThreadedApp
 
 WIDTH, HEIGHT = 1200, 700
@@ -89,7 +90,7 @@ class DemoServer:
         self._app = ThreadedApp(self._factory, "asyncshard-demo")
 
     async def _factory(self) -> web.Application:
-        return make_app(LocalStore(self.folder), request_log=self.log, **self.options)
+        return make_app(LocalStore(self.folder), AppConfig(**self.options), request_log=self.log)
 
     def __enter__(self) -> DemoServer:
         self._app.start()

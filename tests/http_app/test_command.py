@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from asyncshard.server.command import parse_size, serve
 from asyncshard.server.demo import PRECOMPUTED_PATH, ZARR_PATH
-from tests.server.process import SERVE, Running
+from tests.http_app.process import SERVE, Running
 
 
 async def test_serve_demo_prints_a_working_neuroglancer_link(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from asyncshard.backends import LocalStore
 from asyncshard.server.listing import listing_html, listing_json, wants_json
-from tests.server.conftest import Served, ServeFactory
+from tests.http_app.conftest import Served, ServeFactory
 
 
 class Links(HTMLParser):

@@ -17,7 +17,7 @@ from asyncshard.errors import (
 )
 from asyncshard.ranges import ByteRange, Range
 from asyncshard.store import GetResult
-from tests.server.conftest import ServeFactory
+from tests.http_app.conftest import ServeFactory
 
 PIECE = 64 * 1024
 BIG = os.urandom(PIECE * 16 + 123)  # about 1 MiB

@@ -9,11 +9,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-import asyncshard.server.app as app_module
+import asyncshard.server.writes as writes_module
 from asyncshard.backends import open_store
-from asyncshard.server.app import make_app
+from asyncshard.server import AppConfig, make_app
 from asyncshard.server.keys import key_url_path, parse_path
-from tests.server.conftest import DATA, Served, ServeFactory, raw_request
+from tests.http_app.conftest import DATA, Served, ServeFactory, raw_request
 
 SECRET = b"TOPSECRET-outside-the-root"
 TOKEN = "s3cr3t-token"
@@ -148,7 +148,7 @@ async def test_token_is_compared_in_constant_time(
         calls.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr(app_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(writes_module.hmac, "compare_digest", spy)
     async with serve(writable=True, token=TOKEN) as s:
         bad = {"Authorization": "Bearer no"}
         async with http.put(f"{s.url}/new", data=b"x", headers=bad) as r:
@@ -215,8 +215,8 @@ async def test_upload_size_limit(serve: ServeFactory, http: aiohttp.ClientSessio
 def test_make_app_refuses_unsafe_configurations(tmp_path: Path) -> None:
     store = open_store(str(tmp_path))
     with pytest.raises(ValueError, match="token"):
-        make_app(store, writable=True)
+        make_app(store, AppConfig(writable=True))
     with pytest.raises(ValueError, match="read-only"):
-        make_app(store, writable=True, token=TOKEN, unshard=True)
+        make_app(store, AppConfig(writable=True, token=TOKEN, unshard=True))
     with pytest.raises(ValueError, match="writes"):
-        make_app(open_store("http://127.0.0.1:9/x"), writable=True, token=TOKEN)
+        make_app(open_store("http://127.0.0.1:9/x"), AppConfig(writable=True, token=TOKEN))

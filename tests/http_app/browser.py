@@ -187,5 +187,5 @@ class Page:
                 await self._reader
 
 
-if __name__ == "__main__":  # pragma: no cover - manual check: python -m tests.server.browser
+if __name__ == "__main__":  # pragma: no cover - manual check: python -m tests.http_app.browser
     print(chromium_binary(), file=sys.stderr)

@@ -12,7 +12,7 @@ import pytest
 
 from asyncshard.server.demo import CHUNK, ZARR_PATH, demo_volume
 from asyncshard.store import Store
-from tests.server.conftest import Served, ServeFactory
+from tests.http_app.conftest import Served, ServeFactory
 from tests.servers.fixtures import s3_server, s3_store_on, unique_prefix  # noqa: F401
 from tests.servers.s3 import S3Server
 

@@ -22,7 +22,7 @@ from asyncshard.backends import LocalStore
 from asyncshard.formats.precomputed.shard import build_shard, split_shard
 from asyncshard.server.demo import PRECOMPUTED_PATH, SCALE_KEY, precomputed_sharding
 from asyncshard.sharding import PrecomputedVolume
-from tests.server.conftest import ServeFactory
+from tests.http_app.conftest import ServeFactory
 
 BOMB = gzip.compress(bytes(128 << 20), compresslevel=9)
 
