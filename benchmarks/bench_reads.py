@@ -51,7 +51,7 @@ from obstore.store import HTTPStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asyncshard import open_store
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore
 from benchmarks.common import bounded, sharding_codec
 from benchmarks.nginx import Nginx
@@ -162,7 +162,7 @@ async def run_bounded(
 
 
 async def zarr_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[str, Run]:
-    store = await ZarrShardedStore.open(open_store(server.url + "/"), "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(open_store(server.url + "/"), "arr", cache=LoadingCache())
     ranges = []
     for c in warm:
         loc = store.format.locate("arr/c/{}/{}/{}".format(*c))
@@ -187,8 +187,8 @@ async def zarr_asyncshard(
     store = await ZarrShardedStore.open(
         open_store(server.url + "/"),
         "arr",
-        cache=IndexCache(),
-        data_cache=IndexCache(1 << 30) if data_cache else None,
+        cache=LoadingCache(),
+        data_cache=LoadingCache(1 << 30) if data_cache else None,
     )
 
     async def read(keys: list[str]) -> None:
@@ -277,7 +277,7 @@ def chunk_names(coords: list[Coords]) -> list[str]:
 
 
 async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[str, Run]:
-    volume = await PrecomputedVolume.open(open_store(server.url + "/"), "vol", cache=IndexCache())
+    volume = await PrecomputedVolume.open(open_store(server.url + "/"), "vol", cache=LoadingCache())
     scale = volume.scale(volume.sharded_scale_keys[0])
     store = scale.store
     ranges = []
@@ -292,7 +292,7 @@ async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[
 async def pc_asyncshard(
     server: Nginx, cold: list[Coords], warm: list[Coords], *, mode: str
 ) -> dict[str, Run]:
-    volume = await PrecomputedVolume.open(open_store(server.url + "/"), "vol", cache=IndexCache())
+    volume = await PrecomputedVolume.open(open_store(server.url + "/"), "vol", cache=LoadingCache())
     scale = volume.scale(volume.sharded_scale_keys[0])
 
     async def read(coords: list[Coords]) -> None:

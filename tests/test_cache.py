@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from asyncshard.cache import CacheEntry, IndexCache, default_cache
+from asyncshard.cache import CacheEntry, LoadingCache, default_cache
 
 
 def loader(
@@ -16,13 +16,13 @@ def loader(
     async def load() -> CacheEntry:
         calls.append(key)
         await asyncio.sleep(delay)
-        return IndexCache.make_entry(f"index of {key}", "v1", nbytes)
+        return LoadingCache.make_entry(f"index of {key}", "v1", nbytes)
 
     return load
 
 
 async def test_concurrent_misses_make_one_load() -> None:
-    cache = IndexCache()
+    cache = LoadingCache()
     calls: list[str] = []
     entries = await asyncio.gather(*(cache.get("s", loader(calls, "s")) for _ in range(64)))
     assert calls == ["s"]
@@ -33,7 +33,7 @@ async def test_concurrent_misses_make_one_load() -> None:
 
 
 async def test_lru_charged_by_bytes() -> None:
-    cache = IndexCache(max_bytes=1000)
+    cache = LoadingCache(max_bytes=1000)
     calls: list[str] = []
     for key in "abc":
         await cache.get(key, loader(calls, key, nbytes=300, delay=0))  # 500 bytes charged each
@@ -45,12 +45,12 @@ async def test_lru_charged_by_bytes() -> None:
 
 
 async def test_entries_age_until_touched() -> None:
-    cache = IndexCache()
+    cache = LoadingCache()
     calls: list[str] = []
 
     async def load_missing() -> CacheEntry:
         calls.append("m")
-        return IndexCache.make_entry(None, None, 0)
+        return LoadingCache.make_entry(None, None, 0)
 
     first = await cache.get("m", load_missing)
     assert first.missing and (await cache.get("m", load_missing)) is first
@@ -64,7 +64,7 @@ async def test_entries_age_until_touched() -> None:
 
 
 async def test_failed_load_reaches_every_waiter_and_is_not_cached() -> None:
-    cache = IndexCache()
+    cache = LoadingCache()
     attempts = 0
 
     async def boom() -> CacheEntry:
@@ -83,7 +83,7 @@ async def test_failed_load_reaches_every_waiter_and_is_not_cached() -> None:
 
 
 async def test_invalidate_and_default_cache_is_shared() -> None:
-    cache = IndexCache()
+    cache = LoadingCache()
     cache.put("k", "value", "v1", 10)
     assert cache.peek("k") is not None
     cache.invalidate("k")
@@ -92,12 +92,12 @@ async def test_invalidate_and_default_cache_is_shared() -> None:
 
 
 async def test_a_load_overtaken_by_put_or_invalidate_does_not_store_its_result() -> None:
-    cache = IndexCache()
+    cache = LoadingCache()
     release = asyncio.Event()
 
     async def slow_old() -> CacheEntry:
         await release.wait()
-        return IndexCache.make_entry("old index", "v1", 10)
+        return LoadingCache.make_entry("old index", "v1", 10)
 
     loading = asyncio.ensure_future(cache.get("k", slow_old))
     await asyncio.sleep(0)

@@ -20,7 +20,7 @@ import pytest
 
 from asyncshard.backends import LocalStore
 from asyncshard.backends.local import files as local_files
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import ConflictError
 from asyncshard.sharding import ZarrShardedStore
 from tests.zarr.helpers import array_doc
@@ -111,7 +111,7 @@ WRITERS, CHUNKS, WRITES = 4, 8, 100
 
 def _writer(root: str, writer: int, gate: str) -> None:
     async def run() -> None:
-        store = await ZarrShardedStore.open(LocalStore(root), "arr", cache=IndexCache())
+        store = await ZarrShardedStore.open(LocalStore(root), "arr", cache=LoadingCache())
         while not os.path.exists(gate):  # start together, so that the writes overlap
             await asyncio.sleep(0.001)
         for seq in range(1, WRITES + 1):
@@ -135,7 +135,7 @@ async def test_processes_writing_one_shard_lose_nothing(ext2: Path) -> None:
     for proc in procs:
         proc.join(timeout=300)
         assert proc.exitcode == 0
-    reader = await ZarrShardedStore.open(LocalStore(root), "arr", cache=IndexCache())
+    reader = await ZarrShardedStore.open(LocalStore(root), "arr", cache=LoadingCache())
     got = {c: await reader.get(f"arr/c/{c}") for c in range(CHUNKS)}
     lost = {c: v for c, v in got.items() if v != f"{c}:{WRITES:04d}".encode()}
     assert not lost, f"acknowledged chunk writes lost: {lost}"

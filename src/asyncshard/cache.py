@@ -1,8 +1,8 @@
-"""The shard-index cache: a byte-charged LRU with single-flight loading.
+"""The caches of sharded stores: a byte-charged LRU with single-flight loading.
 
-Sharded stores keep decoded indexes here (Zarr shard indexes, precomputed shard and
-minishard indexes). One cache is shared by every sharded store of the process unless a
-store is given its own. Properties:
+Sharded stores keep decoded indexes in one (Zarr shard indexes, precomputed shard and
+minishard indexes), shared by every sharded store of the process unless a store is
+given its own; a store given a ``data_cache`` keeps chunk bytes in another. Properties:
 
 * **Charged by bytes**: each entry costs its ``nbytes``; the least recently used entries
   leave when the budget is exceeded.
@@ -57,8 +57,9 @@ class CacheStats:
     joined: int = 0
 
 
-class IndexCache:
-    """Byte-charged LRU of decoded indexes with single-flight loads."""
+class LoadingCache:
+    """Byte-charged LRU with single-flight loads: the shard-index cache (decoded
+    indexes) and the chunk-data cache (raw chunk bytes) are each one of these."""
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
@@ -162,12 +163,12 @@ class IndexCache:
         return CacheEntry(value, version, nbytes, time.monotonic())
 
 
-_default: IndexCache | None = None
+_default: LoadingCache | None = None
 
 
-def default_cache() -> IndexCache:
+def default_cache() -> LoadingCache:
     """The process-wide cache that sharded stores share unless given their own."""
     global _default
     if _default is None:
-        _default = IndexCache()
+        _default = LoadingCache()
     return _default

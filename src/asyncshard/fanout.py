@@ -3,7 +3,7 @@
 A write of many objects fans out into one job per object (a shard, a key). With a bare
 ``asyncio.gather``, one failing job makes the call raise while its siblings keep running
 (retrying conflicts for seconds) and land later, possibly over a newer, acknowledged
-write. :func:`settle` instead waits for every job to finish before it returns or raises,
+write. :func:`run_writes` instead waits for every job to finish before it returns or raises,
 and reports which keys were written.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from asyncshard.errors import PartialWriteError
 
-__all__ = ["gather_settled", "settle"]
+__all__ = ["gather_settled", "run_writes"]
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ async def gather_settled(awaitables: Iterable[Awaitable[T]]) -> list[T]:
     return [task.result() for task in tasks]
 
 
-async def settle(jobs: Sequence[tuple[Sequence[str], Awaitable[object]]]) -> None:
+async def run_writes(jobs: Sequence[tuple[Sequence[str], Awaitable[object]]]) -> None:
     """Run ``(keys, job)`` pairs concurrently and wait until every job has finished.
 
     Returns when all succeeded. When every failing job failed with one error and nothing

@@ -17,7 +17,7 @@ import asyncio
 import json
 from collections import Counter
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.sharding.zarr import ShardedStore
 from asyncshard.store import Store
 from tests.servers.fixtures import s3_store_on, unique_prefix
@@ -55,7 +55,7 @@ async def sharded(inner: Store) -> Counter[str]:
     outcome: Counter[str] = Counter()
     doc = array_doc([SHARDS * SIDE, SIDE], [SIDE, SIDE], [1, 1])
     await inner.set("arr/zarr.json", json.dumps(doc).encode())
-    store = await ShardedStore.open(inner, "arr", cache=IndexCache())
+    store = await ShardedStore.open(inner, "arr", cache=LoadingCache())
     written: dict[str, bytes] = {}
 
     async def write(key: str) -> None:
@@ -69,7 +69,7 @@ async def sharded(inner: Store) -> Counter[str]:
     keys = [f"arr/c/{i}/{j}" for i in range(SHARDS * SIDE) for j in range(SIDE)]
     for n in range(SIDE):  # a few writers per shard at a time
         await asyncio.gather(*(write(k) for k in keys[n::SIDE]))
-    reader = await ShardedStore.open(inner, "arr", cache=IndexCache())
+    reader = await ShardedStore.open(inner, "arr", cache=LoadingCache())
     got = await reader.get_partial_values([(k, None) for k in written])
     outcome["chunk lost after success"] = sum(
         bytes(v or b"") != written[k] for k, v in zip(written, got, strict=True)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from asyncshard.backends import LocalStore, MemoryStore
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import VolumeInfo
 from asyncshard.sharding.precomputed import Uint64ShardedStore
@@ -97,13 +97,13 @@ def mapping(chunks: Callable[[int], str], keys: str) -> dict[str, Any]:
 
 async def open_zarr(inner: Store) -> ZarrShardedStore:
     await inner.set(ZARR_META, json.dumps(ZARR_DOC).encode())
-    return await ZarrShardedStore.open(inner, "ds", cache=IndexCache())
+    return await ZarrShardedStore.open(inner, "ds", cache=LoadingCache())
 
 
 async def open_volume(inner: Store) -> Uint64ShardedStore:
     """The info of the volume, and the scale's store by chunk name (a private cache)."""
     await inner.set("vol/info", json.dumps(VOLUME_INFO).encode())
-    return scale_store(inner, VOLUME, SCALE, path="vol", named=True, cache=IndexCache())
+    return scale_store(inner, VOLUME, SCALE, path="vol", named=True, cache=LoadingCache())
 
 
 def routed(inner: Store, scopes: Mapping[str, Store]) -> Callable[[Mapping[str, bytes]], Any]:
@@ -156,7 +156,7 @@ class TestUint64Sharded(StoreConformance):
             store = await open_volume(inner)
             chunks: Callable[[int], str] = chunk_name
         else:
-            store = Uint64ShardedStore(inner, sharding(kind), prefix="vol/s0", cache=IndexCache())
+            store = Uint64ShardedStore(inner, sharding(kind), prefix="vol/s0", cache=LoadingCache())
             chunks = chunk_id
         async with store:
             yield Harness(store, **mapping(chunks, keys))

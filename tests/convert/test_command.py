@@ -76,10 +76,10 @@ def test_a_location_without_arrays_fails(tmp_path: Path, command: str) -> None:
     assert invoke(unshard, str(tmp_path)).exit_code == 0  # flat already: nothing to do
 
 
-def test_precomputed_is_detected(tmp_path: Path) -> None:
+def write_precomputed(root: Path) -> None:
+    """An unsharded precomputed volume of 64 chunks, written by tensorstore."""
     import tensorstore as ts
 
-    root = tmp_path / "vol"
     spec = {
         "driver": "neuroglancer_precomputed",
         "kvstore": {"driver": "file", "path": str(root)},
@@ -89,6 +89,11 @@ def test_precomputed_is_detected(tmp_path: Path) -> None:
     }
     store = ts.open(spec).result()
     store.write(1).result()
+
+
+def test_precomputed_is_detected(tmp_path: Path) -> None:
+    root = tmp_path / "vol"
+    write_precomputed(root)
     original = snapshot(root, skip=("info",))
     sharding = json.dumps(
         {
@@ -116,3 +121,30 @@ def test_dask_scheduler_flag(dask_client: Any, tmp_path: Path) -> None:
     assert_readable(arr, data)
     result = invoke(shard, str(arr), "3", "--dask-scheduler", address, "--dask-workers", "2")
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("volume", ["zarr", "precomputed"])
+def test_a_command_opens_its_store_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, volume: str
+) -> None:
+    """The URL is opened once: the format is detected on that store and the conversion
+    runs on it (a second open could lose an option on the way)."""
+    import asyncshard.backends.registry as registry
+
+    opened_urls: list[str] = []
+    real = registry.open_store
+
+    def counting(location: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(location, str):
+            opened_urls.append(location)
+        return real(location, *args, **kwargs)
+
+    monkeypatch.setattr(registry, "open_store", counting)
+    if volume == "zarr":
+        make_array(tmp_path / "vol" / "arr", (20, 20), (5, 5))
+        result = invoke(shard, str(tmp_path / "vol"), "2", "-q")
+    else:
+        write_precomputed(tmp_path / "vol")
+        result = invoke(shard, str(tmp_path / "vol"), "-q")
+    assert result.exit_code == 0, result.output
+    assert opened_urls == [str(tmp_path / "vol")]

@@ -9,7 +9,7 @@ import pytest
 
 from asyncshard.backends import LocalStore, MemoryStore, open_store
 from asyncshard.convert import DaskRunner, reshard, shard_store, unshard_store
-from asyncshard.convert.session import make_runner
+from asyncshard.convert.runner import make_runner
 from tests.convert.helpers import assert_readable, make_array, snapshot
 
 

@@ -72,14 +72,14 @@ def test_round_trip_flat_sharded_resharded_flat(tmp_path: Path) -> None:
     assert snapshot(arr) == original  # same keys, same bytes
     back = meta(arr)
     manifest = back["attributes"].pop(MANIFEST_ATTRIBUTE)
-    assert manifest == sorted(cells(original))  # spec 002's form: "0.0.2"
+    assert manifest == sorted(cells(original))  # zarr-vectors' form: "0.0.2"
     assert back == original_meta
     assert_readable(arr, data)
 
 
 @pytest.mark.filterwarnings("ignore:The data type")
 def test_spec_002_vlen_bytes_cells(tmp_path: Path) -> None:
-    """Spec 002's arrays: vlen-bytes, one cell per inner chunk, b"" for absent cells."""
+    """zarr-vectors' arrays: vlen-bytes, one cell per inner chunk, b"" for absent cells."""
     import zarr
 
     arr = tmp_path / "vertices"

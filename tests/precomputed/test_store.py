@@ -5,7 +5,7 @@ What every Store does (ranges, conditions, partial writes, listing, erasing) is 
 by the conformance suite (``tests/conformance/test_adapters.py``) with chunk ids and
 chunk names; here only what is precomputed's. Budgets are asserted on the wrapped
 store's counters: every ``get`` there is one request to the backend. Every store gets a
-private ``IndexCache``.
+private ``LoadingCache``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.backends import LocalStore, MemoryStore
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import (
     AsyncShardError,
     ConflictError,
@@ -103,7 +103,7 @@ def spec(request: pytest.FixtureRequest) -> ShardingSpec:
 
 
 def open_store(inner: Store, spec: ShardingSpec, prefix: str = PREFIX) -> Uint64ShardedStore:
-    return Uint64ShardedStore(inner, spec, prefix=prefix, cache=IndexCache())
+    return Uint64ShardedStore(inner, spec, prefix=prefix, cache=LoadingCache())
 
 
 async def filled(inner: Store, spec: ShardingSpec) -> Uint64ShardedStore:
@@ -254,7 +254,7 @@ async def test_open_from_info(inner: Store) -> None:
     spec = make_spec("gzip")
     info = {"@type": "neuroglancer_legacy_mesh", "sharding": spec.to_json()}
     await inner.set("seg/mesh/info", json.dumps(info).encode())
-    store = await Uint64ShardedStore.open(inner, "seg/mesh", cache=IndexCache())
+    store = await Uint64ShardedStore.open(inner, "seg/mesh", cache=LoadingCache())
     assert store.spec == spec and store.prefix == "seg/mesh"
     await store.set_chunks({123456789: b"fragment"})
     assert await inner.exists(store.shard_key(123456789))
@@ -543,7 +543,7 @@ async def volume_store() -> MemoryStore:
 
 async def test_sharded_scale_by_chunk_name() -> None:
     inner = await volume_store()
-    volume = await PrecomputedVolume.open(inner, "data/vol", cache=IndexCache())
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=LoadingCache())
     assert volume.sharded_scale_keys == ["8_8_8"]
     scale = volume.scale("8_8_8")
     assert scale.store.prefix == "data/vol/8_8_8"
@@ -576,7 +576,7 @@ async def test_sharded_scale_by_chunk_name() -> None:
     assert await scale.get_chunk(names[0]) == b"changed"
     assert await scale.get_chunk(names[1]) is None
     assert await scale.get_chunk(names[2]) == chunks[names[2]]
-    again = await ShardedScale.open(inner, "8_8_8", path="data/vol", cache=IndexCache())
+    again = await ShardedScale.open(inner, "8_8_8", path="data/vol", cache=LoadingCache())
     assert await again.get_chunk(names[2]) == chunks[names[2]]
     assert scale.chunk_names([scale.chunk_id(names[3]), 2**40]) == [names[3], None]
 
@@ -594,7 +594,7 @@ async def test_unsharded_view() -> None:
     the info without sharding, chunks by name, shard files hidden, unsharded scales and
     other files passed through, and the bounded listing of a sharded scale's folder."""
     inner = await volume_store()
-    volume = await PrecomputedVolume.open(inner, "data/vol", cache=IndexCache())
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=LoadingCache())
     await volume.scale("8_8_8").set_chunks({"-3-1_0-4_2-6": b"first", "5-7_4-7_6-7": b"edge"})
     await inner.set("data/vol/16_16_16/0-4_0-4_0-3", b"unsharded chunk")
     await inner.set("data/vol/8_8_8/provenance", b"p")
@@ -628,10 +628,10 @@ async def test_every_chunk_of_a_volume_shard_costs_one_request_either_way() -> N
     hashes to it), so asking all of them reads the uncached shard whole (1 request
     instead of 3), and writing all of them builds the shard without reading it."""
     inner = await volume_store()
-    volume = await PrecomputedVolume.open(inner, "data/vol", cache=IndexCache())
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=LoadingCache())
     scale = volume.scale("8_8_8")
     named = scale_store(
-        inner, volume.info, scale.scale, path="data/vol", named=True, cache=IndexCache()
+        inner, volume.info, scale.scale, path="data/vol", named=True, cache=LoadingCache()
     )
     grid = scale.scale.grid_shape
     names = [

@@ -24,7 +24,7 @@ import pytest
 import tensorstore as ts
 
 from asyncshard.backends import LocalStore
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.sharding.precomputed import Uint64ShardedStore
@@ -205,7 +205,7 @@ async def test_asyncshard_reads_what_tensorstore_wrote(
     array = ts_volume(place, scale_md)
     await asyncio.to_thread(lambda: array.__setitem__(..., values))
 
-    volume = await PrecomputedVolume.open(place.store, cache=IndexCache())
+    volume = await PrecomputedVolume.open(place.store, cache=LoadingCache())
     [scale_key] = volume.sharded_scale_keys
     scale = volume.scale(scale_key)
     assert scale.store.spec == ShardingSpec.from_json(sharding)
@@ -249,7 +249,7 @@ async def test_tensorstore_reads_what_asyncshard_wrote(
     sharding = sharding_doc(hash, preshift, index, data)
     doc = info_doc(sharding)
     await place.store.set("info", json.dumps(doc).encode())
-    volume = await PrecomputedVolume.open(place.store, cache=IndexCache())
+    volume = await PrecomputedVolume.open(place.store, cache=LoadingCache())
     scale = volume.scale("s0")
     values = voxels(seed=11)
     positions = grid_positions(scale.scale)
@@ -277,7 +277,7 @@ async def test_tensorstore_reads_what_asyncshard_wrote(
 async def test_tensorstore_reads_whole_shards_and_updates(place: Place) -> None:
     sharding = sharding_doc("murmurhash3_x86_128", 1, "gzip", "gzip")
     await place.store.set("info", json.dumps(info_doc(sharding)).encode())
-    scale = (await PrecomputedVolume.open(place.store, cache=IndexCache())).scale("s0")
+    scale = (await PrecomputedVolume.open(place.store, cache=LoadingCache())).scale("s0")
     values = voxels(seed=3)
     positions = grid_positions(scale.scale)
     by_id = {scale.scale.chunk_id(p): chunk_bytes(scale.scale, values, p) for p in positions}
@@ -310,7 +310,7 @@ async def test_budget_holds_server_side_on_s3(
 ) -> None:
     spec = ShardingSpec.from_json(sharding_doc("murmurhash3_x86_128", 0, "gzip", "gzip"))
     async with s3_store_on(s3_server, unique_prefix(), endpoint=counting_proxy.url) as inner:
-        store = Uint64ShardedStore(inner, spec, cache=IndexCache())
+        store = Uint64ShardedStore(inner, spec, cache=LoadingCache())
         chunks = {i: f"chunk {i}".encode() * 20 for i in range(64)}
         await store.write_shards(chunks)
         store.cache.clear()
@@ -327,14 +327,14 @@ async def test_concurrent_writers_on_s3_lose_nothing(s3_server: S3Server) -> Non
     spec = ShardingSpec.from_json(sharding_doc("identity", 0, "raw", "gzip") | {"shard_bits": 0})
     async with s3_store_on(s3_server, unique_prefix()) as inner:
         assert inner.supports_conditional_writes
-        stores = [Uint64ShardedStore(inner, spec, cache=IndexCache()) for _ in range(2)]
+        stores = [Uint64ShardedStore(inner, spec, cache=LoadingCache()) for _ in range(2)]
 
         async def writer(task: int) -> None:
             for n in range(5):
                 await stores[task % 2].set_chunks({task * 100 + n: f"{task}:{n}".encode()})
 
         await asyncio.gather(*(writer(t) for t in range(4)))
-        fresh = Uint64ShardedStore(inner, spec, cache=IndexCache())
+        fresh = Uint64ShardedStore(inner, spec, cache=LoadingCache())
         expected = {t * 100 + n: f"{t}:{n}".encode() for t in range(4) for n in range(5)}
         assert await fresh.get_chunks(expected) == expected
         assert [k async for k in inner.list()] == ["0.shard"]

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from asyncshard.backends import MemoryStore
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import ConflictError, PartialWriteError, StoreConnectionError
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.ranges import ByteRange, Range
@@ -50,12 +50,12 @@ class Hooked(MemoryStore):
 async def zarr_store(inner: MemoryStore) -> ZarrShardedStore:
     """A 1-d array of 8 chunks, 2 per shard: chunk ``arr/c/i`` lives in shard ``i // 2``."""
     await inner.set("arr/zarr.json", json.dumps(array_doc([8], [2], [1])).encode())
-    return await ZarrShardedStore.open(inner, "arr", cache=IndexCache())
+    return await ZarrShardedStore.open(inner, "arr", cache=LoadingCache())
 
 
 def precomputed_store(inner: MemoryStore) -> Uint64ShardedStore:
     spec = ShardingSpec(0, "identity", minishard_bits=0, shard_bits=2)  # id % 4 = shard
-    return Uint64ShardedStore(inner, spec, cache=IndexCache())
+    return Uint64ShardedStore(inner, spec, cache=LoadingCache())
 
 
 async def both(inner: MemoryStore, fmt: str) -> tuple[ShardedAdapter, str, str, str]:
@@ -183,11 +183,11 @@ async def reader_and_writer(
     await writer.set(neighbour, b"n")
     if fmt == "zarr":
         reader: ShardedAdapter = await ZarrShardedStore.open(
-            inner, "arr", cache=IndexCache(), recheck_after=recheck_after
+            inner, "arr", cache=LoadingCache(), recheck_after=recheck_after
         )
     else:
         spec = ShardingSpec(0, "identity", minishard_bits=0, shard_bits=2)
-        reader = Uint64ShardedStore(inner, spec, cache=IndexCache(), recheck_after=recheck_after)
+        reader = Uint64ShardedStore(inner, spec, cache=LoadingCache(), recheck_after=recheck_after)
     return reader, writer, inner, key, neighbour
 
 
@@ -235,12 +235,16 @@ async def cached_pair(
     """A reader with a data cache and a writer (separate caches) over one inner store."""
     inner = Hooked()
     writer, key, _, _ = await both(inner, fmt)
-    options = {"cache": IndexCache(), "recheck_after": recheck_after, "data_cache": IndexCache()}
+    options = {
+        "cache": LoadingCache(),
+        "recheck_after": recheck_after,
+        "data_cache": LoadingCache(),
+    }
     if fmt == "zarr":
         reader: ShardedAdapter = await ZarrShardedStore.open(inner, "arr", **options)
     else:
         spec = ShardingSpec(0, "identity", minishard_bits=0, shard_bits=2, data_encoding="gzip")
-        writer = Uint64ShardedStore(inner, spec, cache=IndexCache())
+        writer = Uint64ShardedStore(inner, spec, cache=LoadingCache())
         reader = Uint64ShardedStore(inner, spec, **options)  # type: ignore[arg-type]
     return reader, writer, inner, key
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from asyncshard.backends import LocalStore
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.sharding import ZarrShardedStore
 from tests.zarr.helpers import array_doc
 
@@ -35,7 +35,7 @@ def writer_main(root: str, writer: int, log: str) -> None:
     """Write each owned chunk ``WRITES`` times; log (chunk, seq, ack time) per write."""
 
     async def run() -> None:
-        store = await ZarrShardedStore.open(LocalStore(root), "arr", cache=IndexCache())
+        store = await ZarrShardedStore.open(LocalStore(root), "arr", cache=LoadingCache())
         with open(log, "w") as out:
             for seq in range(1, WRITES + 1):
                 for chunk in owned(writer):
@@ -51,7 +51,7 @@ async def test_readers_see_every_acknowledged_write_within_recheck_after(tmp_pat
     root = tmp_path / "data"
     inner = LocalStore(root)
     await inner.set("arr/zarr.json", json.dumps(array_doc([CHUNKS], [4], [1])).encode())
-    reader = await ZarrShardedStore.open(inner, "arr", cache=IndexCache(), recheck_after=RECHECK)
+    reader = await ZarrShardedStore.open(inner, "arr", cache=LoadingCache(), recheck_after=RECHECK)
     assert await reader.get("arr/c/0") is None  # cache the empty layout first
     ctx = multiprocessing.get_context("spawn")
     logs = [tmp_path / f"writer{w}.jsonl" for w in range(WRITERS)]

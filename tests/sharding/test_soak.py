@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import pytest
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import AsyncShardError
 from asyncshard.sharding import ZarrShardedStore
 from tests.servers.fixtures import s3_store_on, unique_prefix
@@ -84,7 +84,7 @@ class Ledger:
 async def writer(proxy_url: str, s3_server: S3Server, prefix: str, w: int, ledger: Ledger) -> None:
     rng = random.Random(SEED + w)
     inner = s3_store_on(s3_server, prefix, endpoint=proxy_url, retry_config=FAST_RETRIES)
-    store = await ZarrShardedStore.open(inner, "arr", cache=IndexCache(), recheck_after=0.2)
+    store = await ZarrShardedStore.open(inner, "arr", cache=LoadingCache(), recheck_after=0.2)
     mine = [c for c in range(CHUNKS) if c % WRITERS == w]
     seq = 0
     for _ in range(OPS_PER_WRITER):
@@ -126,7 +126,7 @@ async def test_soak_through_faults_loses_and_undoes_nothing(
     assert total >= 2000
     assert sum(proxy.faults.values()) > 100, "faults were injected"
     async with s3_store_on(s3_server, prefix) as direct:  # no faults: the final state
-        final = await ZarrShardedStore.open(direct, "arr", cache=IndexCache())
+        final = await ZarrShardedStore.open(direct, "arr", cache=LoadingCache())
         for chunk in range(CHUNKS):
             raw = await final.get(f"arr/c/{chunk}")
             seen = 0 if raw is None else parse(chunk, bytes(raw))

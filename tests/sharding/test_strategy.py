@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 import pytest
 
 from asyncshard.backends import MemoryStore
-from asyncshard.cache import CacheEntry, IndexCache
+from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import CorruptShardError
 from asyncshard.sharding.engine import (
     Found,
@@ -67,9 +67,9 @@ class ToyFormat(ShardFormat[int, ToyIndex]):
     async def _load(self, io: IndexIO, shard_key: str) -> CacheEntry:
         result = await io.store.get_object(shard_key)
         if result is None:
-            return IndexCache.make_entry(None, None, 0)
+            return LoadingCache.make_entry(None, None, 0)
         index = self._index(memoryview(result.data), shard_key)
-        return IndexCache.make_entry(index, result.meta.version, 64 * len(index))
+        return LoadingCache.make_entry(index, result.meta.version, 64 * len(index))
 
     async def find(self, io: IndexIO, shard_key: str, chunks: Sequence[int]) -> Found[int]:
         entry = await io.cached(("index", shard_key), lambda: self._load(io, shard_key))
@@ -131,7 +131,7 @@ class TestToyFormat(StoreConformance):
 
     @pytest.fixture(params=["plain", "chunks", "mixed"])
     async def harness(self, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-        store = ShardedAdapter(MemoryStore(), ToyFormat(), cache=IndexCache())
+        store = ShardedAdapter(MemoryStore(), ToyFormat(), cache=LoadingCache())
         async with store:
             if request.param == "plain":
                 yield Harness(store)
@@ -144,11 +144,11 @@ async def test_budgets_through_the_seam() -> None:
     """A whole shard written in one put; a cold read loads the index (one request, this
     format reads it whole), a warm one is one range read."""
     inner = MemoryStore()
-    store = ShardedAdapter(inner, ToyFormat(), cache=IndexCache(), recheck_after=60)
+    store = ShardedAdapter(inner, ToyFormat(), cache=LoadingCache(), recheck_after=60)
     await store.set_values({f"t/{n}": bytes([n]) * 10 for n in range(4)})
     assert dict(inner.stats.requests) == {"put": 1}
     assert [k async for k in inner.list_prefix("")] == ["t/shard-0"]
-    cold = ShardedAdapter(inner, ToyFormat(), cache=IndexCache(), recheck_after=60)
+    cold = ShardedAdapter(inner, ToyFormat(), cache=LoadingCache(), recheck_after=60)
     inner.stats.reset()
     assert await cold.get("t/2") == bytes([2]) * 10
     assert inner.stats.requests["get"] == 2  # the index (whole shard), then the chunk
@@ -166,7 +166,7 @@ def test_formats_are_strategies_and_indexes_serve_them() -> None:
         assert not getattr(fmt, "__abstractmethods__", None), fmt
     io_members = {"store", "cached", "put", "peek"}
     assert io_members <= set(dir(ShardIndexes))
-    indexes = ShardIndexes(MemoryStore(), ToyFormat(), IndexCache(), 1.0)
+    indexes = ShardIndexes(MemoryStore(), ToyFormat(), LoadingCache(), 1.0)
     with pytest.raises(ValueError, match="recheck_after"):
-        ShardIndexes(MemoryStore(), ToyFormat(), IndexCache(), -1.0)
+        ShardIndexes(MemoryStore(), ToyFormat(), LoadingCache(), -1.0)
     assert indexes.store is indexes.inner

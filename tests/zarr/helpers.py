@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 
@@ -53,7 +53,7 @@ async def sharded(
 ) -> ZarrShardedStore:
     """Write ``doc`` as ``path/zarr.json`` and open a ZarrShardedStore with a private cache."""
     await inner.set(f"{path}/zarr.json", json.dumps(doc).encode())
-    options.setdefault("cache", IndexCache())
+    options.setdefault("cache", LoadingCache())
     store = await ZarrShardedStore.open(inner, path, **options)
     inner.stats.reset()
     return store

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from asyncshard.backends import open_store
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.sharding.zarr import ZarrShardedStore
 from tests.servers.fixtures import unique_prefix
 from tests.servers.s3 import S3Server
@@ -19,7 +19,9 @@ async def test_400_partial_updates_on_s3_all_land(s3_server: S3Server) -> None:
     inner = open_store(f"s3://{s3_server.bucket}/{unique_prefix()}", **s3_server.options())
     doc = array_doc([SIDE * 2, SIDE * 2], [SIDE * 2, SIDE * 2], [2, 2])
     await inner.set("arr/zarr.json", json.dumps(doc).encode())
-    writers = [await ZarrShardedStore.open(inner, "arr", cache=IndexCache()) for _ in range(TASKS)]
+    writers = [
+        await ZarrShardedStore.open(inner, "arr", cache=LoadingCache()) for _ in range(TASKS)
+    ]
 
     async def writer(task: int) -> None:
         for n in range(UPDATES):
@@ -28,7 +30,7 @@ async def test_400_partial_updates_on_s3_all_land(s3_server: S3Server) -> None:
 
     await asyncio.gather(*(writer(t) for t in range(TASKS)))
     assert inner.stats.requests["put"] > TASKS * UPDATES  # conflicts happened and were retried
-    reader = await ZarrShardedStore.open(inner, "arr", cache=IndexCache())
+    reader = await ZarrShardedStore.open(inner, "arr", cache=LoadingCache())
     keys = [f"arr/c/{i}/{j}" for i in range(SIDE) for j in range(SIDE)]
     values = await reader.get_partial_values([(k, None) for k in keys])
     expected = [f"{t}:{n}".encode() for t in range(TASKS) for n in range(UPDATES)]

@@ -24,7 +24,7 @@ import zarr
 import zarr.storage
 
 from asyncshard.backends import LocalStore, open_store
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 from tests.servers.fixtures import unique_prefix
@@ -177,7 +177,7 @@ def ts_inner_chunks(backend: Backend, store: ZarrShardedStore) -> dict[str, byte
 
 
 async def assert_matches_tensorstore(backend: Backend) -> ZarrShardedStore:
-    store = await ZarrShardedStore.open(backend.store, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(backend.store, "arr", cache=LoadingCache())
     expected = ts_inner_chunks(backend, store)
     keys = sorted(expected)
     values = await store.get_partial_values([(k, None) for k in keys])
@@ -233,7 +233,7 @@ async def test_peers_read_what_asyncshard_writes(
     doc = array_doc(list(shape), list(shards), list(chunk), index_location=location,
                     dtype="uint16")  # fmt: skip
     await backend.store.set("arr/zarr.json", json.dumps(doc).encode())
-    store = await ZarrShardedStore.open(backend.store, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(backend.store, "arr", cache=LoadingCache())
     await store.set_values({store.layout.chunk_key(c): b for c, b in chunks_of(data, chunk)})
 
     from_zarr = zarr.open_array(store=backend.zarr_store, path="arr", mode="r")[...]
@@ -248,7 +248,7 @@ async def test_partial_updates_read_by_peers(backend: Backend) -> None:
     data = sample(shape)
     doc = array_doc(list(shape), list(shards), list(chunk), dtype="uint16")
     await backend.store.set("arr/zarr.json", json.dumps(doc).encode())
-    store = await ZarrShardedStore.open(backend.store, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(backend.store, "arr", cache=LoadingCache())
     for coords, raw in chunks_of(data, chunk):
         await store.set(store.layout.chunk_key(coords), raw)
     from_ts = ts.open({"driver": "zarr3", "kvstore": backend.ts_kvstore("arr/")}).result()

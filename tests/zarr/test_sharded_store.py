@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.backends import LocalStore, MemoryStore
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import (
     AsyncShardError,
     ChecksumError,
@@ -239,9 +239,9 @@ async def test_draft_transformer_arrays() -> None:
         ],
     }  # fmt: skip
     await inner.set("meta/root/arr.array.json", json.dumps(doc).encode())
-    store = await ZarrShardedStore.open(inner, "arr", cache=IndexCache())
+    store = await ZarrShardedStore.open(inner, "arr", cache=LoadingCache())
     await store.set_values({"data/root/arr/c2/3": b"abcd", "data/root/arr/c3/3": b"efgh"})
-    # spec 004: chunk (2,3) lives in shard (1,1); index at the end, no checksum
+    # the storage transformer draft: chunk (2,3) lives in shard (1,1); index at the end, no checksum
     shard = await inner.get("data/root/arr/c1/1")
     assert shard is not None and len(shard) == 8 + 16 * 4
     assert await store.get("data/root/arr/c3/3") == b"efgh"

@@ -1,4 +1,4 @@
-"""Converting stores between flat and sharded layouts (spec 002's conversion API).
+"""Converting stores between flat and sharded layouts (zarr-vectors' conversion API).
 
 Zarr v3 (:mod:`.zarr`)::
 

@@ -18,8 +18,10 @@ import click
 from tqdm import tqdm
 
 from asyncshard.backends.registry import opened
+from asyncshard.convert.api import run_sync
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
+    is_precomputed,
     shard_precomputed_async,
     unshard_precomputed_async,
 )
@@ -30,12 +32,11 @@ from asyncshard.convert.report import (
     ProgressEvent,
     TaskDone,
 )
-from asyncshard.convert.session import run_sync
 from asyncshard.convert.zarr import convert_store
-from asyncshard.errors import AsyncShardError, InvalidMetadataError
+from asyncshard.errors import AsyncShardError
 from asyncshard.formats.zarr3.keys import Separator
-from asyncshard.sharding.common import read_json
 from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.store import Store
 
 __all__ = ["reshard", "shard", "unshard"]
 
@@ -118,13 +119,17 @@ def _dask(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         yield client
 
 
-async def _is_precomputed(url: str, storage: dict[str, Any]) -> bool:
+async def _convert(
+    url: str,
+    storage: dict[str, Any],
+    fmt: str,
+    conversion: Callable[[Store, bool], Coroutine[Any, Any, ConversionSummary]],
+) -> ConversionSummary:
+    """The one path of every command: open the store once, detect its format once
+    (``fmt`` ``auto``), and hand the opened store to ``conversion(store, precomputed)``."""
     async with opened(url, storage) as store:
-        try:
-            info = await read_json(store, "info")
-        except InvalidMetadataError:
-            return False
-    return info is not None and "scales" in info
+        precomputed = fmt == "precomputed" or (fmt == "auto" and await is_precomputed(store))
+        return await conversion(store, precomputed)
 
 
 def _run(
@@ -142,37 +147,35 @@ def _run(
     progress = Progress(quiet)
     try:
         storage = storage_options(url, *flags)
-        precomputed = fmt == "precomputed" or (
-            fmt == "auto" and run_sync(_is_precomputed(url, storage))
-        )
         with _dask(scheduler, workers) as client:
             common = {
                 "max_in_flight": options["max_in_flight"],
                 "client": client,
                 "progress": progress,
-                "storage_options": storage,
             }
-            coro: Coroutine[Any, Any, ConversionSummary]
-            if precomputed:
-                if zarr_request is not None and zarr_request.shard_shape is not None:
-                    raise click.UsageError("precomputed volumes take --sharding, not SHAPE")
-                scales = options["arrays"] or None
-                if shard_precomputed:
-                    coro = shard_precomputed_async(url, options["sharding"], scales, **common)
-                else:
-                    coro = unshard_precomputed_async(url, scales, **common)
-            else:
+
+            def conversion(
+                store: Store, precomputed: bool
+            ) -> Coroutine[Any, Any, ConversionSummary]:
+                if precomputed:
+                    if zarr_request is not None and zarr_request.shard_shape is not None:
+                        raise click.UsageError("precomputed volumes take --sharding, not SHAPE")
+                    scales = options["arrays"] or None
+                    if shard_precomputed:
+                        return shard_precomputed_async(store, options["sharding"], scales, **common)
+                    return unshard_precomputed_async(store, scales, **common)
                 if zarr_request is None:
                     raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
-                coro = convert_store(
-                    url,
+                return convert_store(
+                    store,
                     zarr_request,
                     options["arrays"] or None,
                     manifest=options["manifest"],
                     rebuild_manifest=options["rebuild_manifest"],
                     **common,
                 )
-            summary = run_sync(coro)
+
+            summary = run_sync(_convert(url, storage, fmt, conversion))
     except (AsyncShardError, OSError, ValueError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     finally:

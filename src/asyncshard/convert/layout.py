@@ -41,7 +41,7 @@ __all__ = [
 
 IndexLocation = Literal["start", "end"]
 
-#: The attribute holding the sorted list of stored chunk keys (spec 002).
+#: The attribute holding the sorted list of stored chunk keys (zarr-vectors manifest).
 MANIFEST_ATTRIBUTE = "nonempty_chunks"
 
 

@@ -1,7 +1,7 @@
 """The ``nonempty_chunks`` manifest: the sorted list of an array's stored chunks.
 
-Spec 002 keeps it as an array attribute so that "which chunks exist" needs no listing
-and no shard index reads. Two forms exist:
+The zarr-vectors sharding guide keeps it as an array attribute so that "which chunks
+exist" needs no listing and no shard index reads. Two forms exist:
 
 * ``zarr-vectors`` (what zarr-vectors writes and reads, and what asyncshard writes): the
   chunk's grid coordinates plus the array's ``chunk_grid_origin`` attribute (zeros when

@@ -1,6 +1,6 @@
 """One conversion pipeline for every format: journal, passes, switch, cleanup, report.
 
-A :class:`Node` is what a conversion changes in place: a Zarr array
+A :class:`Convertible` is what a conversion changes in place: a Zarr array
 (:mod:`asyncshard.convert.zarr`) or a precomputed scale
 (:mod:`asyncshard.convert.precomputed`). A format plug-in says what its layouts are
 (documents), which keys are objects of a layout, how to plan the tasks of a pass and
@@ -12,11 +12,13 @@ how to switch the metadata; everything else is here, the same for every format:
 4. switch the metadata (conditional on the version read at the start);
 5. delete the old objects in large batches, then the journal (or start the next pass).
 
-An interrupted run is settled from the journal by the next one (:func:`_settle`).
+An interrupted run is settled from the journal by the next one (:func:`_settle_interrupted`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
@@ -35,14 +37,18 @@ from asyncshard.convert.report import (
     TaskDone,
     TaskResult,
 )
-from asyncshard.convert.runner import Job, PassSpec, Runner, Task
-from asyncshard.convert.session import delete_keys, make_runner
-from asyncshard.errors import ConversionError
+from asyncshard.convert.runner import Job, PassSpec, Runner, Task, make_runner
+from asyncshard.errors import ConflictError, ConversionError
 from asyncshard.store import Store
 
-__all__ = ["Listing", "Node", "Options", "RunOptions", "convert_nodes"]
+__all__ = ["Convertible", "Listing", "RunOptions", "convert_nodes"]
 
 Doc = dict[str, Any]
+#: Keys per ``erase_values`` call at most: S3 deletes up to 1,000 keys per request.
+DELETE_BATCH = 1000
+#: ``erase_values`` calls running at once.
+DELETE_BATCHES_IN_FLIGHT = 8
+_MIN_DELETE_BATCH = 64
 
 
 class RunOptions(TypedDict, total=False):
@@ -65,7 +71,7 @@ class RunOptions(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
-class Options:
+class PassOptions:
     """How nodes are converted: the runner and the progress callback."""
 
     runner: Runner
@@ -92,7 +98,7 @@ class Listing:
         return [obj for _, obj in self.found]
 
 
-class Node(ABC):
+class Convertible(ABC):
     """A format plug-in: one array or scale, its metadata, and its layouts.
 
     ``path`` names it in reports, ``prefix`` starts the keys of its objects (its journal
@@ -164,7 +170,48 @@ class Node(ABC):
         """Called for a node left as it is (``report.reason`` says why)."""
 
 
-async def _list(store: Store, node: Node, source: Doc, target: Doc | None = None) -> Listing:
+async def write_json(store: Store, key: str, doc: Any, version: str | None) -> str | None:
+    """Replace a JSON object, only if it is still at ``version`` (when the store can tell).
+
+    Returns the new version. ``ConversionError`` if someone else changed it meanwhile.
+    """
+    data = json.dumps(doc, indent=2).encode()
+    conditional = store.supports_conditional_writes and version is not None
+    try:
+        return await store.set(key, data, if_match=version if conditional else None)
+    except ConflictError:
+        raise ConversionError(
+            f"{key} changed while the conversion ran; run it again (nothing was lost)"
+        ) from None
+
+
+async def delete_keys(store: Store, keys: Sequence[str]) -> None:
+    """Delete ``keys`` in batches of at most :data:`DELETE_BATCH` keys, up to
+    :data:`DELETE_BATCHES_IN_FLIGHT` batches at once.
+
+    A batch is one bulk request where the backend has one (S3 DeleteObjects) or one
+    worker thread on local files, so lists are cut into several batches even when they
+    are short: unlinking a file that holds data costs the kernel 0.1-0.4 ms on ext4, and
+    batches in parallel overlap that. Every batch runs to its end; the first failure is
+    raised afterwards (the journal makes a later run delete what is left).
+    """
+    if not keys:
+        return
+    size = min(DELETE_BATCH, max(_MIN_DELETE_BATCH, -(-len(keys) // DELETE_BATCHES_IN_FLIGHT)))
+    limit = asyncio.Semaphore(DELETE_BATCHES_IN_FLIGHT)
+
+    async def delete(batch: Sequence[str]) -> None:
+        async with limit:
+            await store.erase_values(batch)
+
+    batches = [keys[i : i + size] for i in range(0, len(keys), size)]
+    outcomes = await asyncio.gather(*(delete(b) for b in batches), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+async def _list(store: Store, node: Convertible, source: Doc, target: Doc | None = None) -> Listing:
     src = node.parser(source)
     dst = None if target is None else node.parser(target)
     out = Listing()
@@ -177,15 +224,15 @@ async def _list(store: Store, node: Node, source: Doc, target: Doc | None = None
     return out
 
 
-async def _delete_layout(store: Store, node: Node, doc: Doc) -> int:
+async def _delete_layout(store: Store, node: Convertible, doc: Doc) -> int:
     """Delete every object of layout ``doc``; return how many."""
     keys = (await _list(store, node, doc)).keys
     await delete_keys(store, keys)
     return len(keys)
 
 
-async def _settle(
-    store: Store, node: Node, journal: Journal, report: ArrayReport
+async def _settle_interrupted(
+    store: Store, node: Convertible, journal: Journal, report: ArrayReport
 ) -> tuple[Doc | str, bool]:
     """Deal with an interrupted conversion; return ``(final layout or why not, resume)``.
 
@@ -217,9 +264,9 @@ async def _settle(
 
 async def _run_pass(
     store: Store,
-    node: Node,
+    node: Convertible,
     docs: tuple[Doc, Doc, Doc],
-    opts: Options,
+    opts: PassOptions,
     report: ArrayReport,
     *,
     number: int,
@@ -260,13 +307,13 @@ async def _run_pass(
     opts.emit(PassDone(node.path, number))
 
 
-async def convert_node(store: Store, node: Node, opts: Options) -> ArrayReport:
+async def convert_node(store: Store, node: Convertible, opts: PassOptions) -> ArrayReport:
     """Convert one node to the layout its request asks for; resume or settle first."""
     report = ArrayReport(node.path, "skipped")
     journal = await read_journal(store, node.prefix)
     resume = False
     if journal is not None:
-        final, resume = await _settle(store, node, journal, report)
+        final, resume = await _settle_interrupted(store, node, journal, report)
     else:
         final = node.target()
     report.source = node.describe()
@@ -293,11 +340,11 @@ async def convert_node(store: Store, node: Node, opts: Options) -> ArrayReport:
     return report
 
 
-NodeSource = Callable[[Store], AsyncIterator[Node | ArrayReport]]
+ConvertibleSource = Callable[[Store], AsyncIterator[Convertible | ArrayReport]]
 
 
 async def convert_nodes(
-    location: StoreLocation, nodes: NodeSource, options: RunOptions
+    location: StoreLocation, nodes: ConvertibleSource, options: RunOptions
 ) -> ConversionSummary:
     """Convert the nodes ``nodes(store)`` yields (a report for those it skips itself)."""
     started = time.perf_counter()
@@ -309,7 +356,7 @@ async def convert_nodes(
             client=options.get("client"),
             max_in_flight=options.get("max_in_flight"),
         )
-        opts = Options(runner, options.get("progress"))
+        opts = PassOptions(runner, options.get("progress"))
         async for node in nodes(store):
             if isinstance(node, ArrayReport):
                 summary.arrays.append(node)

@@ -37,16 +37,23 @@ from typing import Any, cast
 import numpy as np
 
 from asyncshard.backends.registry import StoreLocation
+from asyncshard.convert.api import blocking, fold_storage_options
 from asyncshard.convert.journal import normalize
-from asyncshard.convert.pipeline import Doc, Listing, Node, RunOptions, convert_nodes
+from asyncshard.convert.pipeline import (
+    Convertible,
+    Doc,
+    Listing,
+    RunOptions,
+    convert_nodes,
+    write_json,
+)
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
 from asyncshard.convert.runner import PassSpec, Task
-from asyncshard.convert.session import blocking, fold_storage_options, write_json
 from asyncshard.convert.tasks import PrecomputedExecutor
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
-from asyncshard.sharding.common import read_json_versioned
+from asyncshard.sharding.common import read_json, read_json_versioned
 from asyncshard.store import Store
 
 __all__ = [
@@ -147,7 +154,7 @@ def _object_names(scale: Scale, prefix: str) -> Callable[[str], Hashable | None]
 
 
 @dataclass
-class PrecomputedScale(Node):
+class PrecomputedScale(Convertible):
     """The precomputed plug-in of the pipeline: one scale of the volume's ``info``.
 
     ``sharding``: the spec asked for (``None`` to unshard); ``spec`` of ``None`` with
@@ -226,6 +233,15 @@ def _retarget(scale_doc: Mapping[str, Any], sharding: ShardingSpec | None) -> Do
         doc["sharding"] = sharding.to_json()
         doc["chunk_sizes"] = doc["chunk_sizes"][:1]
     return doc
+
+
+async def is_precomputed(store: Store) -> bool:
+    """Whether ``store`` holds a precomputed volume (an ``info`` file with scales)."""
+    try:
+        info = await read_json(store, INFO)
+    except InvalidMetadataError:
+        return False
+    return isinstance(info, Mapping) and "scales" in info
 
 
 async def _read_info(store: Store) -> tuple[dict[str, Any], str | None]:

@@ -32,6 +32,7 @@ __all__ = [
     "Runner",
     "Task",
     "TaskKind",
+    "make_runner",
     "run_tasks",
 ]
 
@@ -250,3 +251,27 @@ class DaskRunner:
     async def run(self, job: Job) -> None:
         if job.tasks:
             await asyncio.to_thread(self._run_blocking, job.spec, job.tasks, job.on_result)
+
+
+def make_runner(
+    store: Store,
+    *,
+    runner: Runner | None,
+    client: Any,
+    max_in_flight: int | None,
+) -> Runner:
+    """The runner asked for: explicit, Dask (``client``), or asyncio in this process.
+
+    Dask workers reopen ``store`` from its :attr:`~Store.url` and
+    :attr:`~Store.open_options`, so they reach the same place with the same options.
+    """
+    if runner is not None:
+        if client is not None:
+            raise ValueError("pass either runner or client, not both")
+        return runner
+    in_flight = DEFAULT_IN_FLIGHT if max_in_flight is None else max_in_flight
+    if client is not None:
+        if store.url is None:
+            raise TypeError(f"Dask workers open the store from its URL; {store!r} has none")
+        return DaskRunner(client, store.url, store.open_options, max_in_flight=in_flight)
+    return AsyncioRunner(in_flight)

@@ -19,7 +19,7 @@ from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
 
 from asyncshard.buffers import BytesLike
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.convert.layout import ArrayLayout, read_layout
 from asyncshard.convert.report import TaskResult
 from asyncshard.convert.runner import PassSpec, Task
@@ -144,7 +144,7 @@ class ZarrExecutor(ChunkMover[Coords]):
     def sharded_src(self) -> ZarrShardedStore:
         """The source as a ZarrShardedStore (inner chunks by key, cached indexes)."""
         if self._sharded_src is None:
-            cache = IndexCache(INDEX_CACHE_BYTES)
+            cache = LoadingCache(INDEX_CACHE_BYTES)
             self._sharded_src = ZarrShardedStore(self.store, self.src.sharding(), cache=cache)
         return self._sharded_src
 

@@ -59,6 +59,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from asyncshard.backends.registry import StoreLocation, opened
+from asyncshard.convert.api import blocking, fold_storage_options
 from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import (
     ArrayLayout,
@@ -73,7 +74,14 @@ from asyncshard.convert.manifest import (
     switched_manifest,
     with_manifest,
 )
-from asyncshard.convert.pipeline import Doc, Listing, Node, RunOptions, convert_nodes
+from asyncshard.convert.pipeline import (
+    Convertible,
+    Doc,
+    Listing,
+    RunOptions,
+    convert_nodes,
+    write_json,
+)
 from asyncshard.convert.plan import (
     Request,
     normalize_shard_shape,
@@ -83,7 +91,6 @@ from asyncshard.convert.plan import (
 )
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
 from asyncshard.convert.runner import PassSpec, Task
-from asyncshard.convert.session import blocking, fold_storage_options, write_json
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.vectors import Role, VectorRoles
 from asyncshard.errors import InvalidMetadataError, NothingToConvertError, ShardShapeError
@@ -161,7 +168,7 @@ async def find_arrays(store: Store) -> list[str]:
 
 
 @dataclass
-class ZarrArray(Node):
+class ZarrArray(Convertible):
     """The Zarr plug-in of the pipeline: one array, its ``zarr.json`` and the request."""
 
     path: str

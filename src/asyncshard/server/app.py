@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 from aiohttp import web
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.server.budget import ByteBudget
 from asyncshard.server.config import AppConfig
 from asyncshard.server.keys import parse_path
@@ -170,8 +170,8 @@ def make_app(
         data_cache = config.data_cache_bytes
         served = UnshardedView(
             store,
-            cache=IndexCache(config.cache_bytes),
-            data_cache=IndexCache(data_cache) if data_cache > 0 else None,
+            cache=LoadingCache(config.cache_bytes),
+            data_cache=LoadingCache(data_cache) if data_cache > 0 else None,
             recheck_after=config.recheck_after,
         )
     budget = ByteBudget(config.buffer_bytes)

@@ -18,7 +18,7 @@ from asyncshard.store import validate_key
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class UrlPath:
     """What a URL path names: an object key, or a folder (``""`` or a prefix ending in ``/``)."""
 
     key: str
@@ -35,7 +35,7 @@ def _segment(raw: str) -> str:
     return text
 
 
-def parse_path(raw_path: str) -> Target:
+def parse_path(raw_path: str) -> UrlPath:
     """The key or folder that the raw request path ``raw_path`` names.
 
     ``/`` is the root folder, ``/a/b/`` the folder ``a/b/`` and ``/a/b`` the key ``a/b``.
@@ -45,11 +45,11 @@ def parse_path(raw_path: str) -> Target:
         raise InvalidKeyError(f"invalid request path {raw_path!r}: not an absolute path")
     body = path[1:]
     if not body:
-        return Target("", True)
+        return UrlPath("", True)
     is_dir = body.endswith("/")
     segments = [_segment(s) for s in (body[:-1] if is_dir else body).split("/")]
     key = validate_key("/".join(segments))
-    return Target(key + "/" if is_dir else key, is_dir)
+    return UrlPath(key + "/" if is_dir else key, is_dir)
 
 
 def key_url_path(key: str) -> str:

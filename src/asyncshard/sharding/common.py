@@ -36,7 +36,7 @@ UNCHANGED = Unchanged.UNCHANGED
 def new_namespace(kind: str) -> tuple[str, int]:
     """A cache namespace unique in the process: ``(kind, n)``.
 
-    Every key a sharded store puts in the shared :class:`~asyncshard.cache.IndexCache` is a
+    Every key a sharded store puts in the shared :class:`~asyncshard.cache.LoadingCache` is a
     tuple starting with its namespace, so ``invalidate_namespace`` drops exactly its entries.
     """
     return kind, next(_namespaces)

@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
-from asyncshard.cache import CacheEntry, IndexCache
+from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
-from asyncshard.fanout import settle
+from asyncshard.fanout import run_writes
 from asyncshard.formats.precomputed.shard import (
     DEFAULT_MAX_CHUNK_NBYTES,
     MinishardIndex,
@@ -243,12 +243,12 @@ class PrecomputedFormat(ShardFormat[int, "_ShardIndex"]):
     async def _load_index(self, io: IndexIO, shard_key: str) -> CacheEntry:
         result = await io.store.get_object(shard_key, Range(0, shard_index_nbytes(self.spec)))
         if result is None:
-            return IndexCache.make_entry(None, None, 0)
+            return LoadingCache.make_entry(None, None, 0)
         table = decode_shard_index(
             result.data, self.spec, key=shard_key, shard_size=result.meta.size
         )
         index = _ShardIndex(table, result.meta.version, result.meta.size, next(self._loads))
-        return IndexCache.make_entry(index, index.version, table.nbytes)
+        return LoadingCache.make_entry(index, index.version, table.nbytes)
 
     def remember(self, io: IndexIO, shard_key: str, shard: memoryview, version: str) -> None:
         table = decode_shard_index(
@@ -276,7 +276,7 @@ class PrecomputedFormat(ShardFormat[int, "_ShardIndex"]):
             mini = _Minishard(
                 decode_minishard_index(result.data, self.spec, key=shard_key, shard_size=index.size)
             )
-            return IndexCache.make_entry(mini, index.version, mini.nbytes)
+            return LoadingCache.make_entry(mini, index.version, mini.nbytes)
 
         entry = await io.cached(("minishard", shard_key, index.tag, minishard), load)
         return None if entry.value is None else entry.value.index
@@ -399,10 +399,10 @@ class Uint64ShardedStore(ShardedAdapter[int]):
         *,
         prefix: str = "",
         names: Scale | None = None,
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
         max_chunk_nbytes: int = DEFAULT_MAX_CHUNK_NBYTES,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
-        data_cache: IndexCache | None = None,
+        data_cache: LoadingCache | None = None,
         lean_reads: bool = True,
     ) -> None:
         prefix = prefix.strip("/")
@@ -516,7 +516,7 @@ class Uint64ShardedStore(ShardedAdapter[int]):
             s: [(str(loc.chunk), loc.chunk, chunks[loc.chunk]) for loc in locs]
             for s, locs in groups.items()
         }
-        await settle(self.writes.chunk_writes(triples, replace=replace_shards))
+        await run_writes(self.writes.chunk_writes(triples, replace=replace_shards))
 
     async def write_shards(self, chunks: Mapping[int, BytesLike]) -> None:
         """Write whole shards without reading: each shard holding one of ``chunks`` is
@@ -533,7 +533,7 @@ class Uint64ShardedStore(ShardedAdapter[int]):
         self._count("delete", map(str, ids))
         groups = self._by_shard(ids)
         erases = {s: [(str(loc.chunk), loc.chunk) for loc in m] for s, m in groups.items()}
-        await settle(self.writes.chunk_erases(erases))
+        await run_writes(self.writes.chunk_erases(erases))
 
     # -- listing ----------------------------------------------------------------------
 

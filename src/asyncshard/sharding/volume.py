@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asyncshard.backends.registry import StoreLocation, open_store
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import InvalidKeyError, InvalidMetadataError
 from asyncshard.formats.precomputed.spec import as_uint64_array
 from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
@@ -71,7 +71,7 @@ class ShardedScale:
         scale: Scale,
         *,
         path: str = "",
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
     ) -> None:
         self.info = info
         self.scale = scale
@@ -88,7 +88,7 @@ class ShardedScale:
         scale_key: str,
         *,
         path: str = "",
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
         storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> ShardedScale:
@@ -160,7 +160,7 @@ class PrecomputedVolume:
         info_doc: Mapping[str, Any],
         *,
         path: str = "",
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
     ) -> None:
         self.inner = inner
         self.path = path.strip("/")
@@ -178,7 +178,7 @@ class PrecomputedVolume:
         inner: StoreLocation,
         path: str = "",
         *,
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
         storage_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> PrecomputedVolume:

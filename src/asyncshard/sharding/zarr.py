@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
-from asyncshard.cache import CacheEntry, IndexCache
+from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.zarr3.grid import ShardingLayout
 from asyncshard.formats.zarr3.metadata import is_sharded, parse_draft_transformer, parse_zarr3_array
@@ -109,11 +109,11 @@ class ZarrFormat(ShardFormat[Position, IndexArray]):
         request: ByteRange = Suffix(rng.length) if rng.start is None else Range(0, rng.length)
         result = await io.store.get_object(shard_key, request)
         if result is None:
-            return IndexCache.make_entry(None, None, 0)
+            return LoadingCache.make_entry(None, None, 0)
         table = decode_index(
             result.data, self.layout.index, shard_size=result.meta.size, key=shard_key
         )
-        return IndexCache.make_entry(table, result.meta.version, table.nbytes)
+        return LoadingCache.make_entry(table, result.meta.version, table.nbytes)
 
     def remember(self, io: IndexIO, shard_key: str, shard: memoryview, version: str) -> None:
         rng = index_byte_range(self.layout.index, len(shard))
@@ -203,10 +203,10 @@ class ZarrShardedStore(ShardedAdapter[Position]):
         inner: Store,
         layout: ShardingLayout,
         *,
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
         write_order: Literal["morton", "C"] = "morton",
         recheck_after: float = DEFAULT_RECHECK_AFTER,
-        data_cache: IndexCache | None = None,
+        data_cache: LoadingCache | None = None,
         lean_reads: bool = True,
     ) -> None:
         super().__init__(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import AsyncShardError
 from asyncshard.formats.jsondoc import parse_json_object
 from asyncshard.formats.precomputed.volume import VolumeInfo, unsharded_info_bytes
@@ -102,12 +102,12 @@ class Dataset:
 
 
 @dataclass(frozen=True)
-class Options:
+class DatasetOptions:
     """How datasets are opened: the shared caches and the recheck window."""
 
-    cache: IndexCache
+    cache: LoadingCache
     recheck_after: float = DEFAULT_RECHECK_AFTER
-    data_cache: IndexCache | None = None
+    data_cache: LoadingCache | None = None
     lean_reads: bool = True
 
     def store_options(self) -> dict[str, Any]:
@@ -121,7 +121,7 @@ class Options:
 
 
 #: ``(inner, folder, raw metadata, options)`` -> the dataset, or ``None``.
-Opener = Callable[[Store, str, bytes, Options], Dataset | None]
+Opener = Callable[[Store, str, bytes, DatasetOptions], Dataset | None]
 
 
 def _object(raw: bytes, key: str) -> dict[str, Any] | None:
@@ -140,7 +140,7 @@ def is_dataset_document(raw: bytes) -> bool:
     return doc.get("node_type") == "array" or "scales" in doc or "@type" in doc
 
 
-def open_zarr(inner: Store, folder: str, raw: bytes, options: Options) -> Dataset | None:
+def open_zarr(inner: Store, folder: str, raw: bytes, options: DatasetOptions) -> Dataset | None:
     """The dataset of a sharded Zarr v3 array's ``zarr.json``."""
     doc = _object(raw, folder + "zarr.json")
     if doc is None or doc.get("node_type") != "array" or not is_sharded(doc):
@@ -164,7 +164,9 @@ def _zarr_map_back(key: str) -> MapBack:
     return map_back
 
 
-def open_precomputed(inner: Store, folder: str, raw: bytes, options: Options) -> Dataset | None:
+def open_precomputed(
+    inner: Store, folder: str, raw: bytes, options: DatasetOptions
+) -> Dataset | None:
     """The dataset of a precomputed volume ``info`` with at least one sharded scale."""
     doc = _object(raw, folder + "info")
     if doc is None or not isinstance(doc.get("scales"), list):

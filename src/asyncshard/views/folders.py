@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from cachetools import LRUCache
 
 from asyncshard.store import Store
-from asyncshard.views.datasets import OPENERS, Dataset, Options, is_dataset_document
+from asyncshard.views.datasets import OPENERS, Dataset, DatasetOptions, is_dataset_document
 
 __all__ = ["Folders", "Node", "folder_of_metadata"]
 
@@ -50,7 +50,7 @@ class Folders:
     """The nodes of ``inner``'s folders, cached (see the module docstring)."""
 
     def __init__(
-        self, inner: Store, options: Options, *, ttl: float, max_folders: int, max_depth: int
+        self, inner: Store, options: DatasetOptions, *, ttl: float, max_folders: int, max_depth: int
     ) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")

@@ -38,7 +38,7 @@ datasets through the wrapped store). ``erase_prefix`` of a dataset's folder (or 
 deletes its objects, shards included; inside a dataset it erases the chunks listed
 there (``list_chunks=True``), never a whole shard holding other chunks.
 
-All sharded stores share one :class:`~asyncshard.cache.IndexCache`. What a folder holds
+All sharded stores share one :class:`~asyncshard.cache.LoadingCache`. What a folder holds
 is remembered for ``metadata_ttl`` seconds, and forgotten at once when metadata is
 written or erased through the view. With ``recheck_metadata`` (for writers and library
 callers), a read of a metadata document reloads its folder first, and a chunk key lying
@@ -64,14 +64,14 @@ from collections.abc import (
 )
 from typing import TypeVar
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,
     ReadOnlyError,
     UnsupportedOperationError,
 )
-from asyncshard.fanout import settle
+from asyncshard.fanout import run_writes
 from asyncshard.ranges import ByteRange, Range, resolve
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ChunkRead
 from asyncshard.store import (
@@ -86,7 +86,7 @@ from asyncshard.store import (
 from asyncshard.views.datasets import (
     OPENERS,
     Dataset,
-    Options,
+    DatasetOptions,
     Scope,
     group_arrays,
     map_back_group,
@@ -160,12 +160,12 @@ class UnshardedView(WrapperStore):
         self,
         inner: Store,
         *,
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
         list_chunks: bool = False,
         writable: bool = False,
         recheck_metadata: bool = False,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
-        data_cache: IndexCache | None = None,
+        data_cache: LoadingCache | None = None,
         lean_reads: bool = True,
         metadata_ttl: float = DEFAULT_METADATA_TTL,
         max_folders: int = DEFAULT_MAX_FOLDERS,
@@ -174,8 +174,8 @@ class UnshardedView(WrapperStore):
         write_flush_at: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(inner)
-        index_cache = cache if cache is not None else IndexCache()
-        self.options = Options(index_cache, recheck_after, data_cache, lean_reads)
+        index_cache = cache if cache is not None else LoadingCache()
+        self.options = DatasetOptions(index_cache, recheck_after, data_cache, lean_reads)
         self.list_chunks = list_chunks
         self.writable = writable
         self.recheck_metadata = recheck_metadata
@@ -192,7 +192,7 @@ class UnshardedView(WrapperStore):
         return f"UnshardedView({self.inner!r})"
 
     @property
-    def cache(self) -> IndexCache:
+    def cache(self) -> LoadingCache:
         """The index cache shared by the datasets' sharded stores."""
         return self.options.cache
 
@@ -528,7 +528,7 @@ class UnshardedView(WrapperStore):
             jobs.append(([k for k, _, _ in plain], self.inner.set_partial_values(plain)))
         folders = {f for f in (folder_of_metadata(k) for k, _, _ in plain) if f is not None}
         try:
-            await settle(jobs)
+            await run_writes(jobs)
         finally:
             for folder in folders:
                 self.folders.invalidate(folder)
@@ -564,7 +564,7 @@ class UnshardedView(WrapperStore):
             jobs.append((plain, self.inner.erase_values(plain)))
         folders = {f for f in map(folder_of_metadata, plain) if f is not None}
         try:
-            await settle(jobs)
+            await run_writes(jobs)
         finally:
             for folder in folders:
                 self.folders.invalidate(folder)

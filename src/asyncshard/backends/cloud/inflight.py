@@ -12,12 +12,12 @@ exactly that stack (``take_gil`` < ``sock_send`` < ``call_soon_threadsafe`` <
 ``pyo3_async_runtimes::generic::set_result``); pyo3-async-runtimes issue #40 asks for a
 shutdown hook that does not exist yet.
 
-Two measures, in :class:`InFlight` and :func:`settle`:
+Two measures, in :class:`InFlight` and :func:`drain`:
 
 * every obstore call of a store is a tracked future, shielded from the caller's
   cancellation (a cancelled Rust future would still complete later, from a worker
   thread, at a time nobody waits for), so ``close()`` can wait for all of them;
-* after that, :func:`settle` waits until no other thread is inside a
+* after that, :func:`drain` waits until no other thread is inside a
   ``call_soon_threadsafe`` it entered from outside Python (the tail of a completion),
   releasing the GIL meanwhile. An ``atexit`` hook does the same for programs that never
   close their stores; it runs before the interpreter starts finalizing.
@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-#: How long :func:`settle` waits at most (a completion's tail takes microseconds).
-SETTLE_TIMEOUT = 2.0
+#: How long :func:`drain` waits at most (a completion's tail takes microseconds).
+DRAIN_TIMEOUT = 2.0
 _POLL = 0.001
 
 
@@ -76,12 +76,12 @@ class InFlight:
         return await outer
 
     async def drain(self) -> None:
-        """Wait for every call made on the running loop, then :func:`settle`."""
+        """Wait for every call made on the running loop, then :func:`drain`."""
         loop = asyncio.get_running_loop()
         mine = [f for f in list(self._pending) if f.get_loop() is loop]
         if mine:
             await asyncio.wait(mine)
-        deadline = time.monotonic() + SETTLE_TIMEOUT
+        deadline = time.monotonic() + DRAIN_TIMEOUT
         while _completing() and time.monotonic() < deadline:
             await asyncio.sleep(_POLL)
 
@@ -104,11 +104,11 @@ def _completing() -> bool:
     return False
 
 
-def settle(timeout: float = SETTLE_TIMEOUT) -> None:
+def drain(timeout: float = DRAIN_TIMEOUT) -> None:
     """Block (releasing the GIL) until no worker thread is completing a future."""
     deadline = time.monotonic() + timeout
     while _completing() and time.monotonic() < deadline:
         time.sleep(_POLL)
 
 
-atexit.register(settle)
+atexit.register(drain)

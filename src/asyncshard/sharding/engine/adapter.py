@@ -7,7 +7,7 @@ The adapter routes each key: a key its format locates in a shard is a chunk, rea
 adapter's :class:`~asyncshard.sharding.engine.indexes.ShardIndexes`; every other key
 passes through to the wrapped store (``ShardFormat.inner_key``). A write of several
 shards waits for all of them before it returns or raises (:func:`~asyncshard.fanout.
-settle`).
+run_writes`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
-from asyncshard.cache import IndexCache, default_cache
+from asyncshard.cache import LoadingCache, default_cache
 from asyncshard.errors import InvalidKeyError
-from asyncshard.fanout import settle
+from asyncshard.fanout import run_writes
 from asyncshard.ranges import ByteRange
 from asyncshard.sharding.engine.indexes import ShardIndexes
 from asyncshard.sharding.engine.listing import ShardListing
@@ -79,9 +79,9 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         inner: Store,
         fmt: ShardFormat[C, Any],
         *,
-        cache: IndexCache | None = None,
+        cache: LoadingCache | None = None,
         recheck_after: float = DEFAULT_RECHECK_AFTER,
-        data_cache: IndexCache | None = None,
+        data_cache: LoadingCache | None = None,
         lean_reads: bool = True,
     ) -> None:
         super().__init__(inner)
@@ -97,7 +97,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         return self.indexes.recheck_after
 
     @property
-    def data_cache(self) -> IndexCache | None:
+    def data_cache(self) -> LoadingCache | None:
         return self.reads.data_cache
 
     @property
@@ -242,7 +242,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
             s: [(keys[i], c, values[keys[i]]) for i, c in members]
             for s, members in routed.by_shard.items()
         }
-        await settle(jobs + self.writes.chunk_writes(triples))
+        await run_writes(jobs + self.writes.chunk_writes(triples))
 
     async def set_partial_values(
         self, key_start_values: Iterable[tuple[str, int, BytesLike]]
@@ -267,7 +267,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         for shard_key, members in routed.by_shard.items():
             changes = [(chunk, patcher(runs[keys[i]])) for i, chunk in members]
             jobs.append(([keys[i] for i, _ in members], self.writes.apply(shard_key, changes)))
-        await settle(jobs)
+        await run_writes(jobs)
 
     async def erase_values(self, keys: Iterable[str]) -> None:
         """Erase chunks (a shard left empty is deleted) and pass-through keys.
@@ -286,7 +286,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
                 await self.writes.submit(keys[i], shard_key, chunk, erase, conditional=False)
                 return
         by_shard = {s: [(keys[i], c) for i, c in m] for s, m in routed.by_shard.items()}
-        await settle(self.writes.chunk_erases(by_shard, plain))
+        await run_writes(self.writes.chunk_erases(by_shard, plain))
 
     async def _erase(self, key: str) -> None:
         await self.erase_values([key])

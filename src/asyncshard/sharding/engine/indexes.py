@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
-from asyncshard.cache import CacheEntry, IndexCache
+from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import ConflictError
 from asyncshard.sharding.common import new_namespace
 from asyncshard.sharding.engine.strategy import C, Found, ShardFormat
@@ -54,7 +54,7 @@ class ShardIndexes(Generic[C]):
     """The indexes of one adapter's shards, cached under its own namespace."""
 
     def __init__(
-        self, inner: Store, fmt: ShardFormat[C, Any], cache: IndexCache, recheck_after: float
+        self, inner: Store, fmt: ShardFormat[C, Any], cache: LoadingCache, recheck_after: float
     ) -> None:
         if recheck_after < 0:
             raise ValueError("recheck_after must be >= 0")

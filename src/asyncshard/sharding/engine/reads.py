@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Generic
 
-from asyncshard.cache import IndexCache
+from asyncshard.cache import LoadingCache
 from asyncshard.errors import ConflictError, CorruptShardError, FormatError
 from asyncshard.ranges import Range, resolve
 from asyncshard.sharding.batching import Batcher, group_by
@@ -61,7 +61,7 @@ class ShardReads(Generic[C]):
     """
 
     def __init__(
-        self, indexes: ShardIndexes[C], data_cache: IndexCache | None, lean_reads: bool
+        self, indexes: ShardIndexes[C], data_cache: LoadingCache | None, lean_reads: bool
     ) -> None:
         self.indexes = indexes
         self.format = indexes.format

@@ -24,7 +24,7 @@ from asyncshard.store import BytesLike, GetResult, ObjectMeta, apply_runs, check
 
 __all__ = ["Job", "ShardWrites", "constant", "erase", "if_version", "patcher"]
 
-#: One object's part of a write: the keys it serves and the work (see ``fanout.settle``).
+#: One object's part of a write: the keys it serves and the work (see ``fanout.run_writes``).
 Job = tuple[Sequence[str], Awaitable[object]]
 
 
