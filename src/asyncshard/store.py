@@ -32,7 +32,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from asyncshard.buffers import BytesLike, Data
 from asyncshard.errors import (
@@ -101,6 +101,10 @@ class Store(ABC):
     Request kinds in :attr:`stats` are named after the wire: ``get``, ``head``, ``put``,
     ``delete``, ``copy``, ``list``.
     """
+
+    #: ``stats`` counts calls (one ``get`` per distinct key asked: adapters) instead of
+    #: the requests the primitives send (backends).
+    counts_calls: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -266,10 +270,6 @@ class Store(ABC):
                 awaitable.close()  # a no-op once it ran
             raise
 
-    def _count_reads(self, keys: Iterable[str]) -> None:  # noqa: B027 - a hook, no-op here
-        """Count a read call's keys (validated). Backends count nothing here: they count
-        each request :meth:`_fetch` sends; wrappers count logical operations instead."""
-
     async def _fetch(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
@@ -297,7 +297,8 @@ class Store(ABC):
     ) -> GetResult | None:
         """Like :meth:`get` but with metadata; ``if_match`` makes the read conditional."""
         key = validate_key(key)
-        self._count_reads([key])
+        if self.counts_calls:
+            self.stats.requests["get"] += 1
         result = await self._fetch(key, byte_range, if_match)
         if result is not None:
             self._returned(result.data)
@@ -326,7 +327,8 @@ class Store(ABC):
         ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
         """
         items = [(validate_key(key), rng) for key, rng in key_ranges]
-        self._count_reads(key for key, _ in items)
+        if self.counts_calls:
+            self.stats.requests["get"] += len({key for key, _ in items})
         out: list[Data | None] = [None] * len(items)
         by_key: dict[str, list[int]] = {}
         for i, (key, _) in enumerate(items):

@@ -35,7 +35,13 @@ def with_key(result: GetResult, key: str) -> GetResult:
 
 
 class WrapperStore(Store):
-    """A Store over ``inner``; every primitive passes through unless overridden."""
+    """A Store over ``inner``; every primitive passes through unless overridden.
+
+    Its ``stats`` count calls (one ``get`` per distinct key asked, one ``put`` per key
+    written); the requests sent are counted by the wrapped store.
+    """
+
+    counts_calls = True
 
     def __init__(self, inner: Store) -> None:
         super().__init__(
@@ -78,9 +84,6 @@ class WrapperStore(Store):
     def _count(self, verb: str, keys: Iterable[str]) -> None:
         """Count one ``verb`` operation per distinct key of one call."""
         self.stats.requests[verb] += len(set(keys))
-
-    def _count_reads(self, keys: Iterable[str]) -> None:
-        self._count("get", keys)
 
     def _count_writes(self, items: Iterable[tuple[str, BytesLike]]) -> None:
         """Count one ``put`` per distinct key of one write call and the bytes given."""

@@ -265,6 +265,33 @@ async def test_a_warm_data_cache_costs_no_request(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+async def test_single_reads_with_a_data_cache_take_the_lean_path(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a data cache (``serve --unshard``) and encoded chunks, a single warm read is
+    one range read of the chunk (or none once cached), never a batch; sequential reads
+    that finish within their tick each take it."""
+    reader, writer, inner, key = await cached_pair(fmt)
+    other = "arr/c/1" if fmt == "zarr" else "4"  # the same shard as ``key``
+    await writer.set(key, b"first")
+    await writer.set(other, b"second")
+    assert await reader.get(key) == b"first"  # cold: the index is cached now
+    await asyncio.sleep(0)
+
+    async def no_batch(*args: object) -> None:
+        raise AssertionError("the batch path ran")
+
+    monkeypatch.setattr(reader.reads, "read_shard", no_batch)
+    inner.stats.reset()
+    assert await reader.get(other) == b"second"
+    assert inner.stats.requests["get"] == 1, "one range read of the chunk"
+    inner.stats.reset()
+    assert await reader.get(other) == b"second"
+    assert await reader.get(key) == b"first"
+    assert inner.stats.requests["get"] == 0, "the cached index and data answer"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 async def test_the_data_cache_never_serves_an_older_shard_version(fmt: str) -> None:
     """Entries are keyed by the shard's version: a rewrite through the store is seen at
     once; one by another process as soon as the index is rechecked (always, here)."""

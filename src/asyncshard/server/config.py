@@ -3,6 +3,7 @@ from its flags, or by a caller) and handed unchanged to :func:`~.app.make_app`."
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from asyncshard.cache import DEFAULT_CACHE_BYTES
@@ -72,7 +73,7 @@ class AppConfig:
         if self.cache_bytes < 0 or self.data_cache_bytes < 0 or self.recheck_after < 0:
             raise ValueError("cache_bytes, data_cache_bytes and recheck_after must be >= 0")
 
-    @property
+    @functools.cached_property
     def allowed_origins(self) -> frozenset[str]:
         """The origins of ``allow_origin``."""
         return frozenset(o.strip() for o in self.allow_origin.split(",") if o.strip())

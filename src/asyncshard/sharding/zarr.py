@@ -70,8 +70,7 @@ class ZarrFormat(ShardFormat[Position, IndexArray]):
         coords = self.layout.parse_chunk_key(key)
         if coords is None:
             return None
-        shard, position = self._grid.object_of(coords)
-        inside = self._grid.chunk_in_bounds(coords)
+        shard, position, inside = self._grid.place(coords)
         return Location(self.layout.key_encoding.encode(shard), position, inside)
 
     def is_shard(self, inner_key: str) -> bool:

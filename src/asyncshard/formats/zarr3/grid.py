@@ -61,7 +61,7 @@ class ChunkGrid:
     chunk_shape: Coords
     per_object: Coords
 
-    @property
+    @functools.cached_property
     def ndim(self) -> int:
         """Number of array dimensions."""
         return len(self.shape)
@@ -89,6 +89,20 @@ class ChunkGrid:
         c = _checked(chunk, self.ndim, "chunk coords")
         pairs = [divmod(x, n) for x, n in zip(c, self.per_object, strict=True)]
         return tuple(q for q, _ in pairs), tuple(r for _, r in pairs)
+
+    def place(self, chunk: Coords) -> tuple[Coords, Coords, bool]:
+        """``(object coords, position in the object, inside the array)`` of a parsed
+        chunk key's coords (``ndim`` non-negative ints): :meth:`object_of` and
+        :meth:`chunk_in_bounds` in one pass, for the read path."""
+        obj: list[int] = []
+        pos: list[int] = []
+        inside = True
+        for x, n, g in zip(chunk, self.per_object, self.chunk_grid, strict=True):
+            q, r = divmod(x, n)
+            obj.append(q)
+            pos.append(r)
+            inside = inside and x < g
+        return tuple(obj), tuple(pos), inside
 
     def chunk_coords(self, obj: CoordsLike, position: CoordsLike) -> Coords:
         """Inverse of :meth:`object_of`: chunk coords from object coords and position."""
@@ -192,7 +206,7 @@ class ShardingLayout:
         """The inner-chunk grid and the shard grid over it."""
         return ChunkGrid(self.shape, self.chunk_shape, self.chunks_per_shard)
 
-    @property
+    @functools.cached_property
     def ndim(self) -> int:
         """Number of array dimensions."""
         return len(self.shape)

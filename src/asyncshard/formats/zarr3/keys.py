@@ -42,7 +42,7 @@ class ChunkKeyEncoding:
 
     def encode(self, coords: CoordsLike) -> str:
         """The key of the grid cell at ``coords`` (not validated; see ShardingLayout)."""
-        parts = [str(operator.index(c)) for c in coords]
+        parts = list(map(str, map(operator.index, coords)))
         sep = self.separator
         if self.kind == "default":
             body = sep.join(["c", *parts])

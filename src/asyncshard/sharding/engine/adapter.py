@@ -168,7 +168,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
     ) -> builtins.list[Data | None]:
         """Read chunks and pass-through keys; see :meth:`Store.get_partial_values`."""
         items = [(validate_key(k), r) for k, r in key_ranges]
-        self._count_reads(k for k, _ in items)
+        self._count("get", (k for k, _ in items))
         versions = if_match or {}
         routed = self.route([k for k, _ in items])
         out: list[Data | None] = [None] * len(items)

@@ -88,7 +88,7 @@ class ShardIndexes(Generic[C]):
 
     def top(self, shard_key: str) -> CacheEntry | None:
         """The shard's cached top-level index entry, if cached (no I/O)."""
-        return self.peek(self.format.index_name(shard_key))
+        return self.cache.peek((self.namespace, *self.format.index_name(shard_key)))
 
     def forget(self, shard_key: str) -> None:
         """Drop a shard's top-level index (deeper entries are keyed by its version)."""

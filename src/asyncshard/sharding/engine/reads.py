@@ -2,7 +2,9 @@
 
 A read names its chunk by :class:`~asyncshard.sharding.engine.strategy.ChunkRead`. The
 first single read of an event-loop tick whose shard index is cached and recent goes out
-at once as one range read conditioned on the index's version (the lean path); the reads
+at once as one range read conditioned on the index's version (the lean path: the whole
+chunk when the format decodes chunks or a data cache keeps them, no read at all when the
+data cache holds the chunk already); the reads
 that follow it in the tick are batched per shard
 (:class:`~asyncshard.sharding.batching.Batcher`). A batch looks its chunks up through
 the cached indexes and reads their bytes in one coalesced round conditioned on the
@@ -72,6 +74,7 @@ class ShardReads(Generic[C]):
             self.read_shard, lambda read: read.shard_key
         )
         self._lean_tick = False
+        self._ticks = 0  # lean ticks ended
 
     # -- single reads ---------------------------------------------------------------------
 
@@ -86,44 +89,64 @@ class ShardReads(Generic[C]):
             # are batched, since they may share a shard and a request)
             self._lean_tick = True
             asyncio.get_running_loop().call_soon(self._end_lean_tick)
+            ticks = self._ticks
             direct = await self._read_warm(read)
+            if self._ticks == ticks:  # done within its tick: nothing could join it, so
+                self._lean_tick = False  # the caller's next read may be lean too
+            if isinstance(direct, FormatError):
+                raise direct
             if not isinstance(direct, Miss):
                 return direct
         return await self._batches.submit(read)
 
     def _end_lean_tick(self) -> None:
         self._lean_tick = False
+        self._ticks += 1
 
-    async def _read_warm(self, read: ChunkRead[C]) -> GetResult | Miss | None:
-        """One chunk whose shard index is cached and recent: one conditioned range read,
-        no batch, no task. ``MISS`` when that does not apply (then the batch path runs)."""
-        fmt = self.format
-        if fmt.encoded or self.data_cache is not None:
-            return MISS
-        entry = self.indexes.top(read.shard_key)
+    async def _read_warm(self, read: ChunkRead[C]) -> Outcome | Miss:
+        """One chunk whose shard index is cached and recent: one conditioned range read
+        (none when the data cache holds the chunk), no batch, no task. ``MISS`` when
+        that does not apply (then the batch path runs)."""
+        fmt, shard_key = self.format, read.shard_key
+        entry = self.indexes.top(shard_key)
         if entry is None or entry.missing or entry.version is None:
             return MISS
-        where = fmt.lookup(self.indexes, read.shard_key, entry.value, read.chunk)
+        version = entry.version
+        where = fmt.lookup(self.indexes, shard_key, entry.value, read.chunk)
         if isinstance(where, Miss):
             return MISS
-        if where is None:  # no such chunk: trusted only from a recent index
-            if time.monotonic() - entry.loaded_at > self.indexes.recheck_after:
-                return MISS
-            return None
+        # answers from the index alone (no such chunk, a cached chunk) are trusted only
+        # from a recent index: the shard may have changed without a read noticing
+        recent = time.monotonic() - entry.loaded_at <= self.indexes.recheck_after
+        if where is None:
+            return None if recent else MISS
         start, end = where
-        a, b = resolve(read.rng, end - start)
-        rng = Range(start + a, start + b)
+        whole = fmt.encoded or self.data_cache is not None  # the chunk is read whole
+        if whole:
+            if self.data_cache is not None:
+                hit = self.data_cache.peek(self._data_name(shard_key, version, read.chunk))
+                if hit is not None:
+                    return _cut(read, hit.value, version) if recent else MISS
+            rng = Range(start, end)
+        else:
+            a, b = resolve(read.rng, end - start)
+            rng = Range(start + a, start + b)
         try:
-            got = await self.inner.get_object(read.shard_key, rng, if_match=entry.version)
+            got = await self.inner.get_object(shard_key, rng, if_match=version)
         except ConflictError:  # the shard changed: the batch path refreshes the index
             got = None
         if got is None:
-            self.indexes.forget(read.shard_key)
+            self.indexes.forget(shard_key)
             return MISS
-        if len(got.data) != b - a:
-            self.indexes.forget(read.shard_key)
-            raise _past_end(rng, read.shard_key)
-        return GetResult(got.data, ObjectMeta(read.key, end - start, entry.version))
+        if len(got.data) != rng.end - rng.start:
+            self.indexes.forget(shard_key)
+            raise _past_end(rng, shard_key)
+        if not whole:
+            return GetResult(got.data, ObjectMeta(read.key, end - start, version))
+        try:
+            return _cut(read, await self._raw(read, got.data, version), version)
+        except FormatError as exc:  # this chunk is corrupt: its read fails, nothing else
+            return exc
 
     # -- many reads -----------------------------------------------------------------------
 
