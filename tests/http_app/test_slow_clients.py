@@ -23,7 +23,7 @@ from tests.http_app.process import Running
 
 MiB = 1 << 20
 STALLED = 300
-#: The documented bound (docs/ARCHITECTURE.md, app.py): the budget of buffered piece
+#: The documented bound (docs/ARCHITECTURE.md, server/app.py): the budget of buffered piece
 #: bytes, plus at most this much per open connection (a socket write slice in the
 #: transport's buffer, aiohttp's per-connection objects).
 PER_CONNECTION = 128 * 1024
