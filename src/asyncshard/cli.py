@@ -119,9 +119,10 @@ async def rm(url: str, keys: tuple[str, ...], **flags: Any) -> None:
 def _register_commands() -> None:
     """Attach the commands that live with their subsystems."""
     from asyncshard.convert.command import reshard, shard, unshard
+    from asyncshard.integrity.command import repair, verify
     from asyncshard.server.command import serve
 
-    for command in (serve, shard, unshard, reshard):
+    for command in (serve, shard, unshard, reshard, verify, repair):
         cli.add_command(command)
 
 

@@ -118,5 +118,9 @@ class NothingToConvertError(ConversionError):
     """A conversion found no array at all where it was pointed."""
 
 
+class NoShardedDataError(AsyncShardError):
+    """``verify``/``repair`` found no sharded dataset where they were pointed."""
+
+
 class ShardShapeError(ConversionError, ValueError):
     """A shard shape does not fit an array (dimensions, or not positive)."""

@@ -170,3 +170,17 @@ def test_formats_are_strategies_and_indexes_serve_them() -> None:
     with pytest.raises(ValueError, match="recheck_after"):
         ShardIndexes(MemoryStore(), ToyFormat(), LoadingCache(), -1.0)
     assert indexes.store is indexes.inner
+
+
+def test_the_default_inspection_keeps_all_or_nothing() -> None:
+    """A format without its own ``inspect`` (``verify``/``repair``) gets the seam's: the
+    chunks of a shard that splits, or one fault for a shard that does not."""
+    fmt = ToyFormat()
+    shard = fmt.build("s/0", {0: b"zero", 2: b"two"})
+    health = fmt.inspect("s/0", memoryview(shard))
+    assert not health.damaged and {c: bytes(v) for c, v in health.intact.items()} == {
+        0: b"zero",
+        2: b"two",
+    }
+    broken = fmt.inspect("s/0", memoryview(b"{not json" + shard))
+    assert broken.damaged and len(broken.faults) == 1 and not broken.intact

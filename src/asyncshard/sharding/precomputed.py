@@ -35,6 +35,7 @@ from asyncshard.backends.registry import StoreLocation, keyword_names, open_stor
 from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
 from asyncshard.fanout import run_writes
+from asyncshard.formats.health import ShardHealth
 from asyncshard.formats.precomputed.shard import (
     DEFAULT_MAX_CHUNK_NBYTES,
     MinishardIndex,
@@ -45,6 +46,7 @@ from asyncshard.formats.precomputed.shard import (
     decode_shard_index,
     encode_chunk_data,
     find_chunks,
+    inspect_shard,
     minishard_index_range,
     shard_index_nbytes,
     split_shard,
@@ -346,6 +348,9 @@ class PrecomputedFormat(ShardFormat[int, "_ShardIndex"]):
 
     def split(self, shard_key: str, shard: memoryview) -> dict[int, memoryview]:
         return dict(split_shard(shard, self.spec, self._shard_number(shard_key), key=shard_key))
+
+    def inspect(self, shard_key: str, shard: memoryview) -> ShardHealth[int]:
+        return inspect_shard(shard, self.spec, self._shard_number(shard_key), key=shard_key)
 
     def build(self, shard_key: str, chunks: Mapping[int, BytesLike]) -> bytes:
         return build_shard(chunks, self._prebuilt)

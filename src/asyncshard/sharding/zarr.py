@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
 from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import InvalidMetadataError
+from asyncshard.formats.health import ShardHealth
 from asyncshard.formats.zarr3.grid import ShardingLayout
 from asyncshard.formats.zarr3.metadata import is_sharded, parse_draft_transformer, parse_zarr3_array
 from asyncshard.formats.zarr3.shard import (
@@ -33,6 +34,7 @@ from asyncshard.formats.zarr3.shard import (
     encode_index,
     encode_shard,
     index_byte_range,
+    inspect_shard,
 )
 from asyncshard.ranges import ByteRange, Range, Suffix
 from asyncshard.sharding.common import read_json
@@ -129,6 +131,12 @@ class ZarrFormat(ShardFormat[Position, IndexArray]):
 
     def split(self, shard_key: str, shard: memoryview) -> dict[Position, memoryview]:
         return dict(decode_shard(shard, self.layout.index, key=shard_key))
+
+    def inspect(self, shard_key: str, shard: memoryview) -> ShardHealth[Position]:
+        layout = self.layout
+        return inspect_shard(
+            shard, layout.index, chunk_checksum=layout.chunk_checksum, key=shard_key
+        )
 
     def build(self, shard_key: str, chunks: Mapping[Position, BytesLike]) -> bytes:
         return encode_shard(chunks, self.layout.index, order=self.write_order)

@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.buffers import BytesLike
-from asyncshard.errors import CorruptShardError
+from asyncshard.errors import CorruptShardError, FormatError
+from asyncshard.formats.health import ShardHealth, overlapping
 from asyncshard.formats.precomputed.spec import ShardingSpec, U64Array, as_uint64_array
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "encode_shard_index",
     "find_chunks",
     "gunzip_bounded",
+    "inspect_shard",
     "minishard_index_range",
     "shard_index_nbytes",
     "split_shard",
@@ -267,6 +269,63 @@ def split_shard(
         ):
             chunks[chunk_id] = view[a:b]
     return chunks
+
+
+def inspect_shard(
+    shard: BytesLike, spec: ShardingSpec, shard_number: int, *, key: str | None = None
+) -> ShardHealth[int]:
+    """What a whole shard file still holds (see :mod:`~asyncshard.formats.health`).
+
+    A shard index that does not decode loses every chunk; a minishard index that lies
+    past the end or does not decode loses the chunks it names (a fault: which ones is
+    unknown). Otherwise each chunk is lost alone when it belongs to another shard or
+    minishard, its bytes lie past the end of the shard, or they partly overlap another
+    chunk's. Chunk data is not decoded here (``decode_chunk_data`` does that).
+    """
+    view = memoryview(shard)
+    size = len(view)
+    nbytes = shard_index_nbytes(spec)
+    health: ShardHealth[int] = ShardHealth()
+    try:
+        if size < nbytes:
+            raise CorruptShardError(f"shard has {size} bytes, less than its {nbytes}-byte index")
+        table = decode_shard_index(view[:nbytes], spec, key=key)
+    except FormatError as exc:
+        health.faults.append(f"shard index: {exc}")
+        return health
+    spans: list[tuple[int, int, int]] = []
+    for minishard in np.flatnonzero(table[:, 0] != table[:, 1]).tolist():
+        start, end = minishard_index_range(table, minishard)
+        try:
+            if end > size:
+                raise CorruptShardError(f"bytes [{start}, {end}) lie past the end ({size})")
+            mini = decode_minishard_index(view[start:end], spec, key=key)
+        except FormatError as exc:
+            health.faults.append(f"minishard {minishard} index: {exc}")
+            continue
+        shards, minis = spec.shard_and_minishard(mini.ids)
+        rows = zip(
+            mini.ids.tolist(),
+            mini.starts.tolist(),
+            mini.ends.tolist(),
+            shards.tolist(),
+            minis.tolist(),
+            strict=True,
+        )
+        for chunk_id, a, b, s, m in rows:
+            if (s, m) != (shard_number, minishard):
+                health.lost[chunk_id] = f"belongs to shard {s} minishard {m}, not {minishard}"
+            elif b > size:
+                health.lost[chunk_id] = (
+                    f"bytes [{a}, {b}) lie past the end of the {size}-byte shard"
+                )
+            else:
+                spans.append((a, b, chunk_id))
+                health.intact[chunk_id] = view[a:b]
+    for chunk_id, reason in overlapping(spans).items():
+        del health.intact[chunk_id]
+        health.lost[chunk_id] = reason
+    return health
 
 
 def encode_minishard_index(

@@ -173,6 +173,9 @@ class ShardingLayout:
     chunks_per_shard: Coords
     index: IndexLayout
     key_encoding: ChunkKeyEncoding = field(default_factory=ChunkKeyEncoding)
+    #: Whether the inner codecs end with ``crc32c``: each stored chunk ends with the
+    #: crc32c of the bytes before it.
+    chunk_checksum: bool = False
 
     def __post_init__(self) -> None:
         ndim = len(self.shape)

@@ -219,10 +219,14 @@ def parse_zarr3_array(doc: Mapping[str, Any], *, key_prefix: str = "") -> Shardi
         required(config, "chunk_shape", path), f"{path}chunk_shape", minimum=1, ndim=ndim
     )
     cps = _divide(shard_shape, chunk_shape, f"{path}chunk_shape")
-    if not as_list(required(config, "codecs", path), f"{path}codecs"):
+    inner = as_list(required(config, "codecs", path), f"{path}codecs")
+    if not inner:
         raise InvalidMetadataError(f"{path}codecs: must not be empty")
+    last = _codec(inner[-1], f"{path}codecs[{len(inner) - 1}]")[0]
     index = _index_layout(config, cps, path)
-    return ShardingLayout(shape, shard_shape, chunk_shape, cps, index, encoding)
+    return ShardingLayout(
+        shape, shard_shape, chunk_shape, cps, index, encoding, chunk_checksum=last == "crc32c"
+    )
 
 
 def _draft_transformer(meta: Mapping[str, Any], ndim: int) -> Coords:

@@ -21,7 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.buffers import BytesLike
-from asyncshard.errors import ChecksumError, CorruptShardError
+from asyncshard.errors import ChecksumError, CorruptShardError, FormatError
+from asyncshard.formats.health import ShardHealth, overlapping
 from asyncshard.formats.morton import morton_order, morton_rank
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "encode_index",
     "encode_shard",
     "index_byte_range",
+    "inspect_shard",
     "morton_order",
     "present_mask",
 ]
@@ -277,6 +279,54 @@ def decode_shard(
     rng = index_byte_range(layout, size, key=key)
     index = decode_index(view[rng.as_slice()], layout, shard_size=size, key=key)
     return {pos: view[off : off + n] for pos, off, n in chunk_slices(index)}
+
+
+def inspect_shard(
+    buf: BytesLike, layout: IndexLayout, *, chunk_checksum: bool = False, key: str | None = None
+) -> ShardHealth[tuple[int, ...]]:
+    """What a whole shard still holds (see :mod:`~asyncshard.formats.health`).
+
+    An index that does not decode (wrong size, crc32c mismatch, half-empty or overflowing
+    entries) is a fault that loses every chunk. Otherwise each chunk is lost alone when its
+    bytes lie outside the data region, partly overlap another chunk's, or (with
+    ``chunk_checksum``: the inner codecs end with ``crc32c``) fail their checksum.
+    """
+    view = _as_view(buf)
+    size = view.nbytes
+    health: ShardHealth[tuple[int, ...]] = ShardHealth()
+    try:
+        rng = index_byte_range(layout, size, key=key)
+        index = decode_index(view[rng.as_slice()], layout, key=key)
+    except FormatError as exc:
+        health.faults.append(f"index: {exc}")
+        return health
+    lo, hi = layout.data_region(size)
+    spans: list[tuple[int, int, tuple[int, ...]]] = []
+    for pos, off, n in chunk_slices(index):
+        if off < lo or off + n > hi:
+            health.lost[pos] = (
+                f"bytes [{off}, {off + n}) lie outside the data region [{lo}, {hi}) "
+                f"of the {size}-byte shard"
+            )
+            continue
+        stored = view[off : off + n]
+        if chunk_checksum and not _checksum_holds(stored):
+            health.lost[pos] = "chunk crc32c mismatch"
+            continue
+        spans.append((off, off + n, pos))
+        health.intact[pos] = stored
+    for pos, reason in overlapping(spans).items():
+        del health.intact[pos]
+        health.lost[pos] = reason
+    return health
+
+
+def _checksum_holds(stored: memoryview) -> bool:
+    """Whether ``stored`` ends with the crc32c (little-endian) of the bytes before it."""
+    if stored.nbytes < _CHECKSUM_NBYTES:
+        return False
+    body, tail = stored[:-_CHECKSUM_NBYTES], stored[-_CHECKSUM_NBYTES:]
+    return crc32c.crc32c(body) == int.from_bytes(tail, "little")
 
 
 def _checked_position(pos: object, cps: tuple[int, ...]) -> tuple[int, ...]:

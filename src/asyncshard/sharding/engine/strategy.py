@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from asyncshard.cache import CacheEntry
+from asyncshard.errors import FormatError
+from asyncshard.formats.health import ShardHealth
 from asyncshard.ranges import ByteRange
 from asyncshard.store import BytesLike, Data, Store
 
@@ -227,6 +229,14 @@ class ShardFormat(ABC, Generic[C, I]):
     @abstractmethod
     def split(self, shard_key: str, shard: memoryview) -> dict[C, memoryview]:
         """Every chunk of a whole shard (still encoded), validated."""
+
+    def inspect(self, shard_key: str, shard: memoryview) -> ShardHealth[C]:
+        """What a whole shard still holds, fault by fault (``verify``/``repair``). This
+        default keeps all or nothing: :meth:`split`, or one fault when that fails."""
+        try:
+            return ShardHealth(intact=self.split(shard_key, shard))
+        except FormatError as exc:
+            return ShardHealth(faults=[str(exc)])
 
     @abstractmethod
     def build(self, shard_key: str, chunks: Mapping[C, BytesLike]) -> bytes:

@@ -1,0 +1,105 @@
+"""The ``asyncshard verify`` and ``asyncshard repair`` commands (click)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from asyncshard.convert.api import run_sync
+from asyncshard.errors import AsyncShardError
+from asyncshard.integrity.report import IntegrityReport
+from asyncshard.integrity.scan import DEFAULT_IN_FLIGHT, repair_async, verify_async
+from asyncshard.storage_flags import storage_flags, storage_options
+
+__all__ = ["repair", "verify"]
+
+
+def _common(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options of both commands."""
+    for decorator in reversed(
+        [
+            click.argument("url"),
+            click.option(
+                "-a",
+                "--dataset",
+                "datasets",
+                multiple=True,
+                help="A Zarr array path or precomputed scale key (repeatable; default: all).",
+            ),
+            click.option(
+                "--decode", is_flag=True, help="Also decode chunks the format encodes (gzip)."
+            ),
+            click.option(
+                "-j",
+                "--max-in-flight",
+                default=DEFAULT_IN_FLIGHT,
+                show_default=True,
+                type=click.IntRange(min=1),
+                help="Whole shards in memory at once.",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
+            click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
+            storage_flags,
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+def _run(
+    scan: Callable[..., Coroutine[Any, Any, IntegrityReport]],
+    url: str,
+    options: dict[str, Any],
+    **extra: Any,
+) -> None:
+    """Run a scan with a progress bar; print the report; exit 1 when anything is damaged."""
+    flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
+    as_json, quiet = options.pop("as_json"), options.pop("quiet")
+    bar = tqdm(unit=" shards", file=sys.stderr, disable=quiet or None, leave=False)
+    try:
+        report = run_sync(
+            scan(
+                url,
+                options.pop("datasets") or None,
+                decode=options.pop("decode"),
+                max_in_flight=options.pop("max_in_flight"),
+                on_shard=lambda _key: bar.update(),
+                storage_options=storage_options(url, *flags),
+                **extra,
+            )
+        )
+    except (AsyncShardError, OSError, ValueError) as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        bar.close()
+    click.echo(json.dumps(report.to_json(), indent=1) if as_json else str(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("verify")
+@_common
+def verify(url: str, **options: Any) -> None:
+    """Check every shard of the sharded datasets at URL; exit 1 if any is damaged.
+
+    Each shard is read whole: its index must decode (and match its checksum), every
+    chunk must lie inside it, overlap no other chunk and match its crc32c codec.
+    """
+    _run(verify_async, url, options)
+
+
+@click.command("repair")
+@_common
+@click.option("--dry-run", is_flag=True, help="Report what would be rewritten; change nothing.")
+def repair(url: str, dry_run: bool, **options: Any) -> None:
+    """Rewrite each damaged shard at URL from its intact chunks; list the chunks lost.
+
+    Writes are conditional on the version inspected: a shard another writer changed
+    meanwhile is left alone. Exits 1 when damage was found (repaired or not).
+    """
+    _run(repair_async, url, options, dry_run=dry_run)
