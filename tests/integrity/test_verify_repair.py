@@ -20,7 +20,11 @@ from click.testing import CliRunner
 
 from asyncshard.backends import LocalStore, MemoryStore
 from asyncshard.cli import cli
-from asyncshard.errors import NoShardedDataError, UnsupportedOperationError
+from asyncshard.errors import (
+    InvalidMetadataError,
+    NoShardedDataError,
+    UnsupportedOperationError,
+)
 from asyncshard.formats.precomputed.shard import (
     decode_minishard_index,
     decode_shard_index,
@@ -312,3 +316,9 @@ async def test_nothing_to_check_and_no_conditional_writes_are_typed_errors(
     assert (await verify_async(store)).ok
     with pytest.raises(UnsupportedOperationError):
         await repair_async(store)
+    with pytest.raises(InvalidMetadataError, match="not a sharded Zarr v3 array"):
+        await verify_async(store, ["nope"])
+    write_precomputed(tmp_path / "p")
+    with pytest.raises(InvalidMetadataError, match="no sharded scale 'nope'"):
+        await verify_async(str(tmp_path / "p"), ["nope"])
+    assert (await verify_async(str(tmp_path / "p"), ["1_1_1"])).datasets == ["1_1_1"]

@@ -52,6 +52,11 @@ async def sharded_datasets(
     if isinstance(info, dict) and "scales" in info:
         volume = PrecomputedVolume(store, info)
         keys = volume.sharded_scale_keys if datasets is None else list(datasets)
+        unknown = [k for k in keys if k not in volume.sharded_scale_keys]
+        if unknown:
+            raise InvalidMetadataError(
+                f"info: no sharded scale {unknown[0]!r} (sharded: {volume.sharded_scale_keys})"
+            )
         return [(key, volume.scale(key).store) for key in keys]
     found: list[tuple[str, ShardedAdapter[Any]]] = []
     for path in await find_arrays(store) if datasets is None else datasets:
