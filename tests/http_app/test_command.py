@@ -15,8 +15,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from asyncshard.server.command import parse_size, serve
+from asyncshard.server.command import serve
 from asyncshard.server.demo import PRECOMPUTED_PATH, ZARR_PATH
+from asyncshard.sizes import parse_size
 from tests.http_app.process import SERVE, Running
 
 

@@ -12,13 +12,14 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import click
 from tqdm import tqdm
 
 from asyncshard.backends.registry import opened
 from asyncshard.convert.api import run_sync
+from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
     is_precomputed,
@@ -35,6 +36,7 @@ from asyncshard.convert.report import (
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError
 from asyncshard.formats.zarr3.keys import Separator
+from asyncshard.sizes import size_option
 from asyncshard.storage_flags import storage_flags, storage_options
 from asyncshard.store import Store
 
@@ -81,13 +83,17 @@ class Progress:
             self.bar = None
 
 
-def _shape(value: str | None) -> int | tuple[int, ...] | None:
+def _shape(value: str | None) -> int | tuple[int, ...] | Literal["auto"] | None:
     if value is None or value.lower() == "none":
         return None
+    if value.lower() == "auto":
+        return "auto"
     try:
         parts = [int(p) for p in value.replace("x", ",").split(",")]
     except ValueError:
-        raise click.BadParameter(f"{value!r}: expected N or N,N,... (chunks per shard)") from None
+        raise click.BadParameter(
+            f"{value!r}: expected N, N,N,... (chunks per shard) or auto"
+        ) from None
     if any(p < 1 for p in parts):
         raise click.BadParameter(f"{value!r}: chunks per shard must be positive")
     return parts[0] if len(parts) == 1 else tuple(parts)
@@ -162,7 +168,13 @@ def _run(
                         raise click.UsageError("precomputed volumes take --sharding, not SHAPE")
                     scales = options["arrays"] or None
                     if shard_precomputed:
-                        return shard_precomputed_async(store, options["sharding"], scales, **common)
+                        return shard_precomputed_async(
+                            store,
+                            options["sharding"],
+                            scales,
+                            target_shard_bytes=options["shard_bytes"],
+                            **common,
+                        )
                     return unshard_precomputed_async(store, scales, **common)
                 if zarr_request is None:
                     raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
@@ -267,6 +279,11 @@ def _json(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
         raise click.BadParameter(f"not JSON: {exc}") from None
 
 
+_SHARD_BYTES = size_option(
+    "--shard-bytes",
+    DEFAULT_SHARD_BYTES,
+    "Decoded bytes per shard for SHAPE auto (and precomputed without --sharding).",
+)
 _SHARDING = click.option(
     "--sharding",
     metavar="JSON",
@@ -281,20 +298,26 @@ _SHARDING = click.option(
 @_SEPARATOR
 @_INDEX
 @_SHARDING
+@_SHARD_BYTES
 @_options
 def shard(
     url: str,
     shape: str | None,
     separator: Separator | None,
     index_location: Any,
+    shard_bytes: int,
     **options: Any,
 ) -> None:
-    """Shard the arrays at URL: SHAPE chunks per shard (8, or 4,4,16 per axis).
+    """Shard the arrays at URL: SHAPE chunks per shard (8, or 4,4,16 per axis, or auto:
+    chosen per array for shards of --shard-bytes).
 
     Chunk bytes are moved, not re-encoded; arrays already in that layout are skipped;
     an interrupted run leaves readable arrays and is completed by running it again.
     """
-    request = None if shape is None else Request(_shape(shape), separator, index_location)
+    request = None
+    if shape is not None:
+        request = Request(_shape(shape), separator, index_location, shard_bytes=shard_bytes)
+    options["shard_bytes"] = shard_bytes
     _run(url, options.pop("fmt"), request, True, options)
 
 
@@ -317,14 +340,23 @@ def unshard(url: str, separator: Separator | None, **options: Any) -> None:
 @click.argument("shape")
 @_SEPARATOR
 @_INDEX
+@_SHARD_BYTES
 @_options
 def reshard(
-    url: str, shape: str, separator: Separator | None, index_location: Any, **options: Any
+    url: str,
+    shape: str,
+    separator: Separator | None,
+    index_location: Any,
+    shard_bytes: int,
+    **options: Any,
 ) -> None:
-    """Change the shard shape of the arrays at URL (SHAPE "none" unshards)."""
+    """Change the shard shape of the arrays at URL (SHAPE "none" unshards, "auto"
+    chooses it per array for shards of --shard-bytes)."""
     target = _shape(shape)
     options["sharding"] = None
-    request = Request(target, separator, None if target is None else index_location)
+    options["shard_bytes"] = shard_bytes
+    location = None if target is None else index_location
+    request = Request(target, separator, location, shard_bytes=shard_bytes)
     _run(url, options.pop("fmt"), request, target is not None, options)
 
 

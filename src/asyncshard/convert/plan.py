@@ -19,8 +19,9 @@ import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES, auto_for_document
 from asyncshard.convert.layout import (
     ArrayLayout,
     IndexLocation,
@@ -68,17 +69,20 @@ def normalize_shard_shape(shard_shape: int | Sequence[int] | None, ndim: int) ->
 class Request:
     """What the caller asked for.
 
-    ``shard_shape``: chunks per shard (an int for every axis) or ``None`` for flat.
+    ``shard_shape``: chunks per shard (an int for every axis), ``"auto"`` (chosen per
+    array for shards of ``shard_bytes`` decoded bytes, :mod:`.autoshape`) or ``None``
+    for flat.
     ``separator``: force the key separator of the result (``None``: flat <-> sharded
     changes it, one pass; sharded -> sharded keeps it, two passes).
     ``index_location``/``checksum``: ``None`` keeps the current ones (a flat array gets
     ``end`` with crc32c).
     """
 
-    shard_shape: int | tuple[int, ...] | None
+    shard_shape: int | tuple[int, ...] | Literal["auto"] | None
     separator: Separator | None = None
     index_location: IndexLocation | None = None
     checksum: bool | None = None
+    shard_bytes: int = DEFAULT_SHARD_BYTES
 
     def __post_init__(self) -> None:
         if self.separator not in (None, "/", "."):
@@ -89,6 +93,12 @@ class Request:
             )
         if isinstance(self.shard_shape, int):
             normalize_shard_shape(self.shard_shape, 1)
+        if isinstance(self.shard_shape, str) and self.shard_shape != "auto":
+            raise ValueError(
+                f"shard_shape must be chunks per shard or 'auto', got {self.shard_shape!r}"
+            )
+        if self.shard_bytes <= 0:
+            raise ValueError("shard_bytes must be positive")
 
 
 def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] | None:
@@ -98,7 +108,10 @@ def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] |
     options), not the key separator.
     """
     cur = read_layout(doc)
-    cps = normalize_shard_shape(request.shard_shape, cur.ndim)
+    if request.shard_shape == "auto":
+        cps: Coords | None = auto_for_document(doc, cur.chunk_shape, request.shard_bytes)
+    else:
+        cps = normalize_shard_shape(request.shard_shape, cur.ndim)
     index_location: IndexLocation = request.index_location or (
         cur.index.location if cur.index else "end"
     )

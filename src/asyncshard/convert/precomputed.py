@@ -38,6 +38,7 @@ import numpy as np
 
 from asyncshard.backends.registry import StoreLocation
 from asyncshard.convert.api import blocking, fold_storage_options
+from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
 from asyncshard.convert.journal import normalize
 from asyncshard.convert.pipeline import (
     Convertible,
@@ -67,7 +68,6 @@ __all__ = [
 ]
 
 INFO = "info"
-DEFAULT_SHARD_BYTES = 64 * 2**20
 _MAX_MINISHARD_BITS = 9
 
 

@@ -56,10 +56,11 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.api import blocking, fold_storage_options
+from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
 from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import (
     ArrayLayout,
@@ -298,7 +299,8 @@ async def _load(
     except InvalidMetadataError as exc:
         return ArrayReport(path, "skipped", reason=str(exc))
     try:
-        normalize_shard_shape(request.shard_shape, ndim)
+        if request.shard_shape != "auto":
+            normalize_shard_shape(request.shard_shape, ndim)
     except ValueError as exc:
         raise ShardShapeError(f"array {path or '/'!r}: {exc}") from None
     return node
@@ -357,17 +359,20 @@ async def convert_store(
 
 async def shard_store_async(
     url_or_store: StoreLocation,
-    shard_shape: int | Sequence[int],
+    shard_shape: int | Sequence[int] | Literal["auto"],
     arrays: Sequence[str] | None = None,
     *,
     separator: Separator | None = None,
     index_location: IndexLocation | None = None,
     checksum: bool | None = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
     **options: Any,
 ) -> ConversionSummary:
     """Shard every Zarr v3 array of a store (or those at the paths ``arrays``).
 
-    ``shard_shape`` is in inner chunks (chunks per shard), an int for every axis. Flat
+    ``shard_shape`` is in inner chunks (chunks per shard), an int for every axis, or
+    ``"auto"``: chosen per array for shards of ``shard_bytes`` decoded bytes (64 MiB;
+    see :mod:`~asyncshard.convert.autoshape`). Flat
     arrays become sharded with their codecs as inner codecs (bytes moved, not
     re-encoded); sharded arrays with another shard shape are resharded; arrays already
     in that layout are skipped.
@@ -383,8 +388,9 @@ async def shard_store_async(
     """
     if shard_shape is None:
         raise ValueError("shard_shape is required; use unshard_store to go back to flat")
-    shape = shard_shape if isinstance(shard_shape, int) else tuple(shard_shape)
-    request = Request(shape, separator, index_location, checksum)
+    shape: int | tuple[int, ...] | Literal["auto"]
+    shape = shard_shape if isinstance(shard_shape, int | str) else tuple(shard_shape)
+    request = Request(shape, separator, index_location, checksum, shard_bytes)
     return await convert_store(url_or_store, request, arrays, **options)
 
 
@@ -404,7 +410,7 @@ async def unshard_store_async(
 
 async def reshard_async(
     url_or_store: StoreLocation,
-    shard_shape: int | Sequence[int] | None,
+    shard_shape: int | Sequence[int] | Literal["auto"] | None,
     arrays: Sequence[str] | None = None,
     *,
     separator: Separator | None = None,

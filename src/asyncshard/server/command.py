@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import secrets
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -35,37 +34,11 @@ from asyncshard.server.runner import (
 )
 from asyncshard.server.workers import WorkerFailed, serve_workers
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
+from asyncshard.sizes import size_option
 from asyncshard.storage_flags import storage_flags, storage_options
 
 TOKEN_ENV = "ASYNCSHARD_TOKEN"
 DEFAULT_PORT = 8000
-_SIZE = re.compile(r"\s*([0-9]+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """``1048576``, ``512k``, ``256M``, ``1GiB`` -> bytes (binary multiples)."""
-    match = _SIZE.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not a size: {text!r} (use e.g. 268435456, 256M or 1GiB)")
-    number, unit = int(match.group(1)), match.group(2).lower()
-    return number * (1 << (10 * " kmgt".index(unit or " ")))
-
-
-def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
-    try:
-        return parse_size(str(value))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _size_option(flag: str, default: int, help: str) -> Callable[[F], F]:
-    """A click option taking a size (``256M``, ``1GiB``...) in bytes."""
-    return click.option(
-        flag, default=f"{default >> 20}M", callback=_size, show_default=True, help=help
-    )
 
 
 def _link_host(host: str) -> str:
@@ -101,10 +74,10 @@ def _demo_folder(folder: str) -> Iterator[str]:
     show_default=True,
     help="Cache-Control of objects; '' sends none.",
 )
-@_size_option(
+@size_option(
     "--cache-bytes", DEFAULT_CACHE_BYTES, "Shard-index cache of --unshard, in bytes (256M, 1G...)."
 )
-@_size_option(
+@size_option(
     "--data-cache-bytes",
     DEFAULT_DATA_CACHE_BYTES,
     "Chunk-data cache of --unshard per process (0: none).",
@@ -147,7 +120,7 @@ def _demo_folder(folder: str) -> Iterator[str]:
     help="Server processes sharing the port (SO_REUSEPORT), each with its own caches; "
     "use about one per core.",
 )
-@_size_option(
+@size_option(
     "--buffer-bytes",
     DEFAULT_BUFFER_BYTES,
     "Body bytes one server process holds for all clients at once; pieces shrink to "
