@@ -5,14 +5,15 @@ volume when the store holds an ``info`` file, else the sharded Zarr v3 arrays (a
 them, or the ``datasets`` paths). Each dataset is opened as its sharded store, whose
 format lists its shards (``is_shard``), inspects them (``inspect``) and builds the
 repaired ones (``build``): the checks and the shard layout are the formats', never a
-second copy. Memory is bounded by ``max_in_flight`` whole shards.
+second copy. ``max_in_flight`` workers inspect a shard each at a time, so memory is
+bounded by that many whole shards, and nothing is left running when a scan ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from asyncshard.backends.registry import StoreLocation, opened
@@ -25,6 +26,7 @@ from asyncshard.errors import (
     NoShardedDataError,
     UnsupportedOperationError,
 )
+from asyncshard.fanout import gather_settled
 from asyncshard.formats.health import ShardHealth
 from asyncshard.formats.zarr3.metadata import is_sharded
 from asyncshard.integrity.report import DamagedShard, IntegrityReport
@@ -136,7 +138,6 @@ async def _scan(
 ) -> IntegrityReport:
     started = time.perf_counter()
     report = IntegrityReport(decoded=decode)
-    limit = asyncio.Semaphore(max_in_flight)
     async with opened(location, storage_options) as store:
         if fix and not dry_run and not store.supports_conditional_writes:
             raise UnsupportedOperationError(
@@ -149,28 +150,31 @@ async def _scan(
             raise NoShardedDataError(f"no sharded Zarr v3 array or precomputed scale at {where}")
 
         async def one(name: str, adapter: ShardedAdapter[Any], key: str) -> None:
-            async with limit:
-                inspected = await _inspect(adapter, key, decode)
-                if inspected is not None:
-                    health, version = inspected
-                    report.shards += 1
-                    report.chunks += len(health.intact)
-                    if health.damaged:
-                        damaged = _damage(name, adapter, key, health)
-                        if fix:
-                            damaged.action = (
-                                "would be rewritten (dry run)"
-                                if dry_run
-                                else await _fix(adapter, key, health, version)
-                            )
-                        report.damaged.append(damaged)
-                if on_shard is not None:
-                    on_shard(key)
+            inspected = await _inspect(adapter, key, decode)
+            if inspected is not None:
+                health, version = inspected
+                report.shards += 1
+                report.chunks += len(health.intact)
+                if health.damaged:
+                    damaged = _damage(name, adapter, key, health)
+                    if fix:
+                        damaged.action = (
+                            "would be rewritten (dry run)"
+                            if dry_run
+                            else await _fix(adapter, key, health, version)
+                        )
+                    report.damaged.append(damaged)
+            if on_shard is not None:
+                on_shard(key)
+
+        async def worker(name: str, adapter: ShardedAdapter[Any], keys: Iterator[str]) -> None:
+            for key in keys:  # the workers share one iterator: a shard each at a time
+                await one(name, adapter, key)
 
         for name, adapter in found:
             report.datasets.append(name)
-            keys = await _shard_keys(adapter)
-            await asyncio.gather(*(one(name, adapter, k) for k in keys))
+            keys = iter(await _shard_keys(adapter))
+            await gather_settled(worker(name, adapter, keys) for _ in range(max_in_flight))
     report.damaged.sort(key=lambda d: d.key)
     report.seconds = time.perf_counter() - started
     return report
