@@ -139,6 +139,7 @@ def mutate(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
         (("scales", 0, "encoding"), "webp", r"scales\[0\]\.encoding"),
         (("scales", 0, "resolution"), [1, 1], r"scales\[0\]\.resolution"),
         (("scales", 0, "resolution"), [1, 1, float("nan")], r"scales\[0\]\.resolution"),
+        (("scales", 0, "resolution"), [10**400, 8, 8], r"scales\[0\]\.resolution"),  # no float
         (("scales", 0, "compressed_segmentation_block_size"), KeyError, "block_size"),
         (("scales", 0, "compressed_segmentation_block_size"), [8, 8], "block_size"),
         (("scales", 0, "sharding", "shard_bits"), 63, r"scales\[0\]\.sharding.*shard_bits"),

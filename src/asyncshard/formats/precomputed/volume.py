@@ -76,14 +76,23 @@ def _int_vec3(value: object, where: str, minimum: int | None) -> _Vec3:
     return x, y, z
 
 
+def _finite(v: object) -> bool:
+    """Whether ``v`` is a number a float holds (an int too large for one is not)."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def _float_vec3(value: object, where: str) -> tuple[float, float, float]:
     ok = isinstance(value, list | tuple) and len(value) == 3
-    ok = ok and all(
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        for v in cast(Sequence[object], value)
-    )
+    ok = ok and all(_finite(v) for v in cast(Sequence[object], value))
     if not ok:
-        raise InvalidMetadataError(f"{where} must be a list of 3 finite numbers, got {value!r}")
+        shown = repr(value)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        raise InvalidMetadataError(f"{where} must be a list of 3 finite numbers, got {shown}")
     x, y, z = (float(v) for v in cast(Sequence[float], value))
     return x, y, z
 
