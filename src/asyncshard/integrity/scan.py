@@ -30,11 +30,11 @@ from asyncshard.fanout import gather_settled
 from asyncshard.formats.health import ShardHealth
 from asyncshard.formats.zarr3.metadata import is_sharded
 from asyncshard.integrity.report import DamagedShard, IntegrityReport
-from asyncshard.sharding.common import read_json
+from asyncshard.sharding.common import read_json, replace_shard
 from asyncshard.sharding.engine import ShardedAdapter
 from asyncshard.sharding.volume import PrecomputedVolume
 from asyncshard.sharding.zarr import ZarrShardedStore
-from asyncshard.store import Store
+from asyncshard.store import ObjectMeta, Store
 
 __all__ = ["repair", "repair_async", "verify", "verify_async"]
 
@@ -88,8 +88,8 @@ def _damage(
 
 async def _inspect(
     adapter: ShardedAdapter[Any], key: str, decode: bool
-) -> tuple[ShardHealth[Any], str | None] | None:
-    """The health of one shard and the version it was read at (``None``: gone)."""
+) -> tuple[ShardHealth[Any], ObjectMeta] | None:
+    """The health of one shard and what it was when read (``None``: gone)."""
     got = await adapter.inner.get_object(key)
     if got is None:
         return None
@@ -102,27 +102,24 @@ async def _inspect(
             except FormatError as exc:
                 del health.intact[chunk]
                 health.lost[chunk] = str(exc)
-    return health, got.meta.version
+    return health, got.meta
 
 
 async def _fix(
-    adapter: ShardedAdapter[Any], key: str, health: ShardHealth[Any], version: str | None
+    adapter: ShardedAdapter[Any], key: str, health: ShardHealth[Any], current: ObjectMeta
 ) -> str:
-    """Rewrite the damaged shard from its intact chunks, only over ``version``."""
-    store, fmt = adapter.inner, adapter.format
-    if version is None:
+    """Replace the damaged shard by its intact chunks, only over the version inspected."""
+    fmt = adapter.format
+    if current.version is None:
         return "left alone: the store gives no version to write over conditionally"
+    new = fmt.build(key, health.intact) if health.intact else None
     try:
-        if health.intact:
-            await store.set(key, fmt.build(key, health.intact), if_match=version)
-            return f"rewritten with {len(health.intact)} intact chunks"
-        if store.supports_conditional_deletes:
-            await store.erase_if_match(key, version)
-            return "deleted: no chunk was intact"
-        await store.set(key, fmt.empty_shard(), if_match=version)
-        return "emptied: no chunk was intact"
+        kept, _ = await replace_shard(adapter.inner, key, new, current, fmt.empty_shard)
     except ConflictError:
         return "left alone: the shard changed since it was inspected; verify it again"
+    if new is not None:
+        return f"rewritten with {len(health.intact)} intact chunks"
+    return "emptied: no chunk was intact" if kept else "deleted: no chunk was intact"
 
 
 async def _scan(
@@ -152,7 +149,7 @@ async def _scan(
         async def one(name: str, adapter: ShardedAdapter[Any], key: str) -> None:
             inspected = await _inspect(adapter, key, decode)
             if inspected is not None:
-                health, version = inspected
+                health, meta = inspected
                 report.shards += 1
                 report.chunks += len(health.intact)
                 if health.damaged:
@@ -161,7 +158,7 @@ async def _scan(
                         damaged.action = (
                             "would be rewritten (dry run)"
                             if dry_run
-                            else await _fix(adapter, key, health, version)
+                            else await _fix(adapter, key, health, meta)
                         )
                     report.damaged.append(damaged)
             if on_shard is not None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asyncshard.formats.jsondoc import parse_json_object
-from asyncshard.store import BytesLike, GetResult, Store, retry_on_conflict
+from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store, retry_on_conflict
 
 __all__ = [
     "UNCHANGED",
@@ -57,44 +57,59 @@ async def read_merge_write(
     ``inner`` supports conditional writes, and the whole attempt is retried on conflict
     (:func:`~asyncshard.store.retry_on_conflict`). ``written(new, version)`` runs after a
     successful write or delete (``new`` is ``None`` then). Returns the new version (the
-    version read when nothing was written).
-
-    A shard left without chunks is deleted only if that cannot lose a concurrent write:
-    conditionally where the store can (``erase_if_match``); where it can write but not
-    delete conditionally, ``empty_shard()`` (an index with every entry empty, which
-    readers see as no chunks) is written conditionally instead of deleting. Stores with
-    no conditions at all are last-writer-wins anyway and get a plain delete.
+    version read when nothing was written). A shard left without chunks is removed as
+    :func:`replace_shard` says.
     """
-    conditional = inner.supports_conditional_writes
 
     async def attempt() -> str | None:
         current = await inner.get_object(shard_key)
         new = rebuild(current)
         if isinstance(new, Unchanged):
             return None if current is None else current.meta.version
-        if new is None:
-            if current is None:
-                written(None, None)
-                return None
-            if inner.supports_conditional_deletes and current.meta.version:
-                await inner.erase_if_match(shard_key, current.meta.version)
-                written(None, None)
-                return None
-            if not conditional:
-                await inner.erase_values([shard_key])
-                written(None, None)
-                return None
-            new = empty_shard()
-        version = await inner.set(
-            shard_key,
-            new,
-            if_match=current.meta.version if conditional and current is not None else None,
-            if_absent=conditional and current is None,
+        kept, version = await replace_shard(
+            inner, shard_key, new, None if current is None else current.meta, empty_shard
         )
-        written(new, version)
+        written(kept, version)
         return version
 
     return await retry_on_conflict(attempt, shard_key)
+
+
+async def replace_shard(
+    inner: Store,
+    shard_key: str,
+    new: BytesLike | None,
+    current: ObjectMeta | None,
+    empty_shard: Callable[[], bytes],
+) -> tuple[BytesLike | None, str | None]:
+    """Put ``new`` (``None``: no chunk left) in place of the shard ``current`` (``None``:
+    absent), conditionally on its version where ``inner`` can; ``(what was written, its
+    version)``, ``(None, None)`` when the shard was deleted or stays absent.
+
+    A shard left without chunks is deleted only if that cannot lose a concurrent write:
+    conditionally where the store can (``erase_if_match``); where it can write but not
+    delete conditionally, ``empty_shard()`` (an index with every entry empty, which
+    readers see as no chunks) is written conditionally instead. Stores with no
+    conditions at all are last-writer-wins anyway and get a plain delete.
+    """
+    conditional = inner.supports_conditional_writes
+    if new is None:
+        if current is None:
+            return None, None
+        if inner.supports_conditional_deletes and current.version:
+            await inner.erase_if_match(shard_key, current.version)
+            return None, None
+        if not conditional:
+            await inner.erase_values([shard_key])
+            return None, None
+        new = empty_shard()
+    version = await inner.set(
+        shard_key,
+        new,
+        if_match=current.version if conditional and current is not None else None,
+        if_absent=conditional and current is None,
+    )
+    return new, version
 
 
 async def read_json_versioned(store: Store, key: str) -> tuple[dict[str, Any], str | None] | None:
