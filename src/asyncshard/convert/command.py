@@ -20,6 +20,7 @@ from tqdm import tqdm
 from asyncshard.backends.registry import opened
 from asyncshard.convert.api import run_sync
 from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
+from asyncshard.convert.migrate import copy_store
 from asyncshard.convert.plan import Request
 from asyncshard.convert.precomputed import (
     is_precomputed,
@@ -147,12 +148,24 @@ def _run(
 ) -> None:
     quiet, as_json = options.pop("quiet"), options.pop("as_json")
     flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
+    dest = options.pop("to", None)
+    dest_flags = options.pop("to_endpoint", None), False, options.pop("to_option", ())
     scheduler, workers = options.pop("dask_scheduler"), options.pop("dask_workers")
     if scheduler is not None and workers is not None:
         raise click.UsageError("give --dask-scheduler or --dask-workers, not both")
     progress = Progress(quiet)
     try:
         storage = storage_options(url, *flags)
+        if dest is not None:
+            if zarr_request is None:
+                raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
+            if fmt == "precomputed":
+                raise click.UsageError("--to converts Zarr hierarchies, not precomputed volumes")
+            if options["rebuild_manifest"]:
+                raise click.UsageError("--rebuild-manifest applies to in-place conversions")
+            to_storage = storage_options(dest, *dest_flags)
+        elif dest_flags[0] is not None or dest_flags[2]:
+            raise click.UsageError("--to-endpoint and --to-option need --to DEST")
         with _dask(scheduler, workers) as client:
             common = {
                 "max_in_flight": options["max_in_flight"],
@@ -187,7 +200,20 @@ def _run(
                     **common,
                 )
 
-            summary = run_sync(_convert(url, storage, fmt, conversion))
+            if dest is not None and zarr_request is not None:  # checked above
+                summary = run_sync(
+                    copy_store(
+                        url,
+                        dest,
+                        zarr_request,
+                        options["arrays"] or None,
+                        to_storage_options=to_storage,
+                        storage_options=storage,
+                        **common,
+                    )
+                )
+            else:
+                summary = run_sync(_convert(url, storage, fmt, conversion))
     except (AsyncShardError, OSError, ValueError) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     finally:
@@ -292,6 +318,24 @@ _SHARDING = click.option(
 )
 
 
+_TO = [
+    click.option(
+        "--to",
+        metavar="DEST",
+        help="Write the sharded copy of the whole hierarchy (Zarr v2 or v3; OME-Zarr 0.4 "
+        "becomes 0.5) to DEST and leave URL untouched.",
+    ),
+    click.option("--to-endpoint", metavar="URL", help="--endpoint of DEST."),
+    click.option("--to-option", multiple=True, metavar="KEY=VALUE", help="-o of DEST. Repeatable."),
+]
+
+
+def _to_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in reversed(_TO):
+        func = decorator(func)
+    return func
+
+
 @click.command("shard")
 @click.argument("url")
 @click.argument("shape", required=False)
@@ -299,6 +343,7 @@ _SHARDING = click.option(
 @_INDEX
 @_SHARDING
 @_SHARD_BYTES
+@_to_options
 @_options
 def shard(
     url: str,
@@ -313,6 +358,8 @@ def shard(
 
     Chunk bytes are moved, not re-encoded; arrays already in that layout are skipped;
     an interrupted run leaves readable arrays and is completed by running it again.
+    With --to DEST, the sharded copy goes to DEST (Zarr v2 sources need it); storage
+    flags apply to URL, --to-endpoint and --to-option to DEST.
     """
     request = None
     if shape is not None:

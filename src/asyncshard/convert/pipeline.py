@@ -12,6 +12,10 @@ how to switch the metadata; everything else is here, the same for every format:
 4. switch the metadata (conditional on the version read at the start);
 5. delete the old objects in large batches, then the journal (or start the next pass).
 
+A conversion *to another store* (``reader``: the source store; ``store``: where the new
+objects, the metadata and the journal go) runs the same steps, except that the source
+objects are only read, never deleted.
+
 An interrupted run is settled from the journal by the next one (:func:`_settle_interrupted`).
 """
 
@@ -211,16 +215,28 @@ async def delete_keys(store: Store, keys: Sequence[str]) -> None:
             raise outcome
 
 
-async def _list(store: Store, node: Convertible, source: Doc, target: Doc | None = None) -> Listing:
+async def _list(
+    store: Store,
+    node: Convertible,
+    source: Doc,
+    target: Doc | None = None,
+    reader: Store | None = None,
+) -> Listing:
+    """The objects of layout ``source`` and ``target`` under the node's prefix; with a
+    separate ``reader``, the source objects are listed there and the targets in ``store``."""
     src = node.parser(source)
     dst = None if target is None else node.parser(target)
     out = Listing()
-    async for key in store.list_prefix(node.prefix):
+    async for key in (reader or store).list_prefix(node.prefix):
         if (obj := src(key)) is not None:
             out.keys.append(key)
             out.objects.append(obj)
-        elif dst is not None and (obj := dst(key)) is not None:
+        elif dst is not None and reader in (None, store) and (obj := dst(key)) is not None:
             out.found.append((key, obj))
+    if dst is not None and reader not in (None, store):
+        async for key in store.list_prefix(node.prefix):
+            if (obj := dst(key)) is not None:
+                out.found.append((key, obj))
     return out
 
 
@@ -232,17 +248,19 @@ async def _delete_layout(store: Store, node: Convertible, doc: Doc) -> int:
 
 
 async def _settle_interrupted(
-    store: Store, node: Convertible, journal: Journal, report: ArrayReport
+    store: Store, node: Convertible, journal: Journal, report: ArrayReport, copying: bool
 ) -> tuple[Doc | str, bool]:
     """Deal with an interrupted conversion; return ``(final layout or why not, resume)``.
 
-    After the switch: delete the old objects left. Before it: resume the pass if the
-    request is the same, else delete the new objects written so far.
+    After the switch: delete the old objects left (none when ``copying`` to another
+    store). Before it: resume the pass if the request is the same, else delete the new
+    objects written so far.
     """
     agrees = node.satisfies(journal.final)
     if node.same(node.doc, journal.target):
         await node.resync(store)
-        report.objects_deleted += await _delete_layout(store, node, journal.source)
+        if not copying:
+            report.objects_deleted += await _delete_layout(store, node, journal.source)
         report.resumed = True
         report.passes += 1
         if agrees and not node.same(node.doc, journal.final):
@@ -272,10 +290,11 @@ async def _run_pass(
     number: int,
     passes: int,
     resume: bool,
+    reader: Store | None,
 ) -> None:
     # layouts only: attributes (a manifest can be big) stay out of the journal and tasks
     source, target, final = (node.layout_doc(d) for d in docs)
-    listing = await _list(store, node, source, target)
+    listing = await _list(store, node, source, target, reader)
     if listing.found and not resume:
         raise ConversionError(
             f"{node.path or '/'}: {len(listing.found)} objects already use the target keys "
@@ -296,10 +315,11 @@ async def _run_pass(
         report.add(result)
         opts.emit(TaskDone(node.path, result))
 
-    await opts.runner.run(Job(store, node.pass_spec(source, target), tasks, on_result))
+    await opts.runner.run(Job(store, node.pass_spec(source, target), tasks, on_result, reader))
     await node.switch(store, target, results, report)
-    await delete_keys(store, listing.keys)
-    report.objects_deleted += len(listing.keys)
+    if reader is None:
+        await delete_keys(store, listing.keys)
+        report.objects_deleted += len(listing.keys)
     report.chunks = sum(r.nchunks for r in results)
     report.passes += 1
     if number == passes:
@@ -307,13 +327,23 @@ async def _run_pass(
     opts.emit(PassDone(node.path, number))
 
 
-async def convert_node(store: Store, node: Convertible, opts: PassOptions) -> ArrayReport:
-    """Convert one node to the layout its request asks for; resume or settle first."""
+async def convert_node(
+    store: Store, node: Convertible, opts: PassOptions, reader: Store | None = None
+) -> ArrayReport:
+    """Convert one node to the layout its request asks for; resume or settle first.
+
+    ``reader``: the store the node's objects are read from when the result goes to
+    another store (``store``); ``None`` converts in place.
+    """
+    if reader is store:
+        reader = None
     report = ArrayReport(node.path, "skipped")
     journal = await read_journal(store, node.prefix)
     resume = False
     if journal is not None:
-        final, resume = await _settle_interrupted(store, node, journal, report)
+        final, resume = await _settle_interrupted(
+            store, node, journal, report, copying=reader is not None
+        )
     else:
         final = node.target()
     report.source = node.describe()
@@ -336,6 +366,7 @@ async def convert_node(store: Store, node: Convertible, opts: PassOptions) -> Ar
             number=number,
             passes=len(passes),
             resume=resume and number == 1,
+            reader=reader,
         )
     return report
 
@@ -344,9 +375,13 @@ ConvertibleSource = Callable[[Store], AsyncIterator[Convertible | ArrayReport]]
 
 
 async def convert_nodes(
-    location: StoreLocation, nodes: ConvertibleSource, options: RunOptions
+    location: StoreLocation,
+    nodes: ConvertibleSource,
+    options: RunOptions,
+    reader: Store | None = None,
 ) -> ConversionSummary:
-    """Convert the nodes ``nodes(store)`` yields (a report for those it skips itself)."""
+    """Convert the nodes ``nodes(store)`` yields (a report for those it skips itself);
+    with ``reader``, their objects are read there and the results go to ``location``."""
     started = time.perf_counter()
     summary = ConversionSummary()
     async with opened(location, options.get("storage_options")) as store:
@@ -361,6 +396,6 @@ async def convert_nodes(
             if isinstance(node, ArrayReport):
                 summary.arrays.append(node)
             else:
-                summary.arrays.append(await convert_node(store, node, opts))
+                summary.arrays.append(await convert_node(store, node, opts, reader))
     summary.seconds = time.perf_counter() - started
     return summary

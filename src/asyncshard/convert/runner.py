@@ -30,6 +30,7 @@ __all__ = [
     "Job",
     "PassSpec",
     "Runner",
+    "StoreAddress",
     "Task",
     "TaskKind",
     "make_runner",
@@ -77,26 +78,32 @@ class Executor(Protocol):
 @dataclass(frozen=True)
 class PassSpec:
     """Everything a worker needs to run tasks of a pass (picklable): the executor class
-    of the format, the node's key prefix, the source and target layout documents."""
+    of the format, the node's key prefix, the source and target layout documents, and
+    ``recode``: how to re-encode source chunks whose codecs the target cannot name
+    (:func:`asyncshard.convert.recode.recoder`; ``None``: bytes are moved as they are)."""
 
-    executor_type: Callable[[Store, PassSpec], Executor]
+    executor_type: Callable[[Store, PassSpec, Store | None], Executor]
     prefix: str
     source: dict[str, Any]
     target: dict[str, Any]
+    recode: dict[str, Any] | None = None
 
-    def executor(self, store: Store) -> Executor:
-        """An executor of this pass's tasks on ``store``."""
-        return self.executor_type(store, self)
+    def executor(self, store: Store, source: Store | None = None) -> Executor:
+        """An executor of this pass's tasks writing to ``store`` and reading from
+        ``source`` (``None``: the same store)."""
+        return self.executor_type(store, self, source)
 
 
 @dataclass(frozen=True)
 class Job:
-    """The tasks of one pass on ``store``; ``on_result`` is called as each one finishes."""
+    """The tasks of one pass writing to ``store`` and reading from ``source`` (``None``:
+    the same store); ``on_result`` is called as each task finishes."""
 
     store: Store
     spec: PassSpec
     tasks: Sequence[Any]
     on_result: Callable[[TaskResult], None]
+    source: Store | None = None
 
 
 class Runner(Protocol):
@@ -158,23 +165,44 @@ class AsyncioRunner:
         return f"AsyncioRunner(max_in_flight={self.max_in_flight})"
 
     async def run(self, job: Job) -> None:
-        await run_tasks(job.spec.executor(job.store), job.tasks, job.on_result, self.max_in_flight)
+        executor = job.spec.executor(job.store, job.source)
+        await run_tasks(executor, job.tasks, job.on_result, self.max_in_flight)
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    """Where a worker opens a store: its URL and ``open_store`` options."""
+
+    url: str
+    options: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, store: Store) -> StoreAddress:
+        """The address of an opened store (``TypeError`` if it has no URL)."""
+        if store.url is None:
+            raise TypeError(f"Dask workers open the store from its URL; {store!r} has none")
+        return cls(store.url, dict(store.open_options))
 
 
 def run_batch(
-    url: str,
-    options: Mapping[str, Any],
+    target: StoreAddress,
+    source: StoreAddress | None,
     spec: PassSpec,
     tasks: Sequence[Any],
     max_in_flight: int,
 ) -> list[TaskResult]:
-    """A Dask task: open the store from ``url`` and run ``tasks`` on a fresh event loop."""
+    """A Dask task: open the stores and run ``tasks`` on a fresh event loop."""
     from asyncshard.backends.registry import open_store
 
     async def go() -> list[TaskResult]:
         results: list[TaskResult] = []
-        async with open_store(url, **options) as store:
-            await run_tasks(spec.executor(store), tasks, results.append, max_in_flight)
+        async with open_store(target.url, **target.options) as store:
+            if source is None:
+                await run_tasks(spec.executor(store), tasks, results.append, max_in_flight)
+                return results
+            async with open_store(source.url, **source.options) as reader:
+                executor = spec.executor(store, reader)
+                await run_tasks(executor, tasks, results.append, max_in_flight)
         return results
 
     return asyncio.run(go())
@@ -222,35 +250,31 @@ class DaskRunner:
         threads: int = max(1, sum(self.client.nthreads().values()))
         return max(1, min(64, math.ceil(ntasks / (4 * threads))))
 
-    def _run_blocking(
-        self, spec: PassSpec, tasks: Sequence[Any], on_result: Callable[[TaskResult], None]
-    ) -> None:
+    def _run_blocking(self, job: Job, source: StoreAddress | None) -> None:
         import distributed
 
         as_completed: Any = distributed.as_completed
+        target = StoreAddress(self.url, self.storage_options)
         futures = [
             self.client.submit(
-                run_batch,
-                self.url,
-                self.storage_options,
-                spec,
-                list(batch),
-                self.max_in_flight,
-                pure=False,
+                run_batch, target, source, job.spec, list(batch), self.max_in_flight, pure=False
             )
-            for batch in _batches(tasks, self._batch_size(len(tasks)))
+            for batch in _batches(job.tasks, self._batch_size(len(job.tasks)))
         ]
         try:
             for future in as_completed(futures):
                 for result in future.result():
-                    on_result(result)
+                    job.on_result(result)
         except BaseException:
             self.client.cancel(futures)
             raise
 
     async def run(self, job: Job) -> None:
+        """Run the job's tasks on the cluster; a separate source store is reopened on
+        the workers from its URL too."""
+        source = None if job.source is None else StoreAddress.of(job.source)
         if job.tasks:
-            await asyncio.to_thread(self._run_blocking, job.spec, job.tasks, job.on_result)
+            await asyncio.to_thread(self._run_blocking, job, source)
 
 
 def make_runner(
@@ -271,7 +295,6 @@ def make_runner(
         return runner
     in_flight = DEFAULT_IN_FLIGHT if max_in_flight is None else max_in_flight
     if client is not None:
-        if store.url is None:
-            raise TypeError(f"Dask workers open the store from its URL; {store!r} has none")
-        return DaskRunner(client, store.url, store.open_options, max_in_flight=in_flight)
+        address = StoreAddress.of(store)
+        return DaskRunner(client, address.url, address.options, max_in_flight=in_flight)
     return AsyncioRunner(in_flight)

@@ -21,6 +21,7 @@ from typing import Generic, TypeVar
 from asyncshard.buffers import BytesLike
 from asyncshard.cache import LoadingCache
 from asyncshard.convert.layout import ArrayLayout, read_layout
+from asyncshard.convert.recode import recoder
 from asyncshard.convert.report import TaskResult
 from asyncshard.convert.runner import PassSpec, Task
 from asyncshard.formats.precomputed.shard import build_shard, decode_chunk_data, split_shard
@@ -42,8 +43,9 @@ class ChunkMover(ABC, Generic[Obj]):
     """Runs the ``pack``, ``unpack`` and ``index`` tasks of one pass; objects are named
     by ``Obj`` (what the format plans with)."""
 
-    def __init__(self, store: Store, spec: PassSpec) -> None:
+    def __init__(self, store: Store, spec: PassSpec, source: Store | None = None) -> None:
         self.store = store
+        self.source = store if source is None else source
         self.prefix = spec.prefix
 
     # -- what a format says -----------------------------------------------------------
@@ -79,7 +81,7 @@ class ChunkMover(ABC, Generic[Obj]):
         """Do one task."""
         if task.kind == "pack":
             assert task.target is not None
-            values = await self.store.get_many([self.source_key(o) for o in task.sources])
+            values = await self.source.get_many([self.source_key(o) for o in task.sources])
             return await self.write_shard(task.target, task.sources, values)
         if task.kind == "unpack":
             return await self.unpack(task)
@@ -116,7 +118,7 @@ class ChunkMover(ABC, Generic[Obj]):
         if task.existing and (done := await self.already_unpacked(task)) is not None:
             return done
         key = self.source_key(shard)
-        buf = await self.store.get(key)
+        buf = await self.source.get(key)
         if buf is None:
             return TaskResult(0, 0, 0, 0)
         pieces = self.split(shard, key, buf)
@@ -132,12 +134,17 @@ class ChunkMover(ABC, Generic[Obj]):
 
 
 class ZarrExecutor(ChunkMover[Coords]):
-    """The tasks of a Zarr pass; objects are grid coordinates (chunks or shards)."""
+    """The tasks of a Zarr pass; objects are grid coordinates (chunks or shards).
 
-    def __init__(self, store: Store, spec: PassSpec) -> None:
-        super().__init__(store, spec)
+    With ``spec.recode``, flat source chunks are re-encoded into the target's codecs
+    (:mod:`asyncshard.convert.recode`) on their way into a shard.
+    """
+
+    def __init__(self, store: Store, spec: PassSpec, source: Store | None = None) -> None:
+        super().__init__(store, spec, source)
         self.src = read_layout(spec.source, spec.prefix)
         self.dst = read_layout(spec.target, spec.prefix)
+        self.recode = None if spec.recode is None else recoder(spec.recode)
         self._sharded_src: ZarrShardedStore | None = None
 
     @property
@@ -145,7 +152,7 @@ class ZarrExecutor(ChunkMover[Coords]):
         """The source as a ZarrShardedStore (inner chunks by key, cached indexes)."""
         if self._sharded_src is None:
             cache = LoadingCache(INDEX_CACHE_BYTES)
-            self._sharded_src = ZarrShardedStore(self.store, self.src.sharding(), cache=cache)
+            self._sharded_src = ZarrShardedStore(self.source, self.src.sharding(), cache=cache)
         return self._sharded_src
 
     def moved(self, objs: Sequence[Coords]) -> tuple[Coords, ...]:
@@ -159,7 +166,11 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
-        return encode_shard({self.dst.grid.object_of(c)[1]: v for c, v in chunks}, self.dst.index)
+        recode = self.recode
+        return encode_shard(
+            {self.dst.grid.object_of(c)[1]: v if recode is None else recode(v) for c, v in chunks},
+            self.dst.index,
+        )
 
     def split(self, source: Coords, key: str, shard: Data) -> list[tuple[Coords, BytesLike]]:
         src = self.src
@@ -173,7 +184,7 @@ class ZarrExecutor(ChunkMover[Coords]):
         return out
 
     async def already_unpacked(self, task: Task[Coords]) -> TaskResult | None:
-        chunks, nread = await read_present_chunks(self.store, self.src, task.sources[0])
+        chunks, nread = await read_present_chunks(self.source, self.src, task.sources[0])
         if set(chunks) <= set(task.existing):
             return TaskResult(len(chunks), 0, nread, 0, tuple(chunks), resumed=True)
         return None
@@ -211,27 +222,38 @@ class ZarrExecutor(ChunkMover[Coords]):
         byte moves); a shard's index is read to know the chunks it holds."""
         if task.target is None:  # a group of unsharded objects, copied concurrently
             pairs = [(self.src.object_key(o), self.dst.object_key(o)) for o in task.sources]
-            sizes = await self.store.copy_many(pairs)
+            sizes = await self._copy_many(pairs)
             found = [(o, n) for o, n in zip(task.sources, sizes, strict=True) if n is not None]
             written = sum(n for _, n in found)
             return TaskResult(len(found), len(found), 0, written, tuple(o for o, _ in found))
         (obj,) = task.sources
         nread = 0
         if self.src.sharded:
-            chunks, nread = await read_present_chunks(self.store, self.src, obj)
+            chunks, nread = await read_present_chunks(self.source, self.src, obj)
         else:
             chunks = [obj]
-        size = await self.store.copy(self.src.object_key(obj), self.dst.object_key(task.target))
+        pair = (self.src.object_key(obj), self.dst.object_key(task.target))
+        (size,) = await self._copy_many([pair])
         if size is None:
             return TaskResult(0, 0, nread, 0)
         return TaskResult(len(chunks), 1, nread, size, tuple(chunks))
+
+    async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
+        """``Store.copy_many`` within one store; a read and a write across two."""
+        if self.source is self.store:
+            return await self.store.copy_many(pairs)
+        values = await self.source.get_many([src for src, _ in pairs])
+        writes = [(dst, v) for (_, dst), v in zip(pairs, values, strict=True) if v is not None]
+        if writes:
+            await self.store.set_many(writes)
+        return [None if v is None else len(v) for v in values]
 
 
 class PrecomputedExecutor(ChunkMover[str]):
     """The tasks of a precomputed pass; objects are file names in the scale folder."""
 
-    def __init__(self, store: Store, spec: PassSpec) -> None:
-        super().__init__(store, spec)
+    def __init__(self, store: Store, spec: PassSpec, source: Store | None = None) -> None:
+        super().__init__(store, spec, source)
         self.src = Scale.from_json(spec.source)
         self.dst = Scale.from_json(spec.target)
 

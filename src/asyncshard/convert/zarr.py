@@ -32,7 +32,7 @@ every byte.
 A pass
 ------
 The pipeline (:mod:`asyncshard.convert.pipeline`) runs every pass of every format the
-same way; this module is the Zarr plug-in (:class:`ZarrArray`):
+same way; :mod:`.zarr_array` is the Zarr plug-in (:class:`ZarrArray`):
 
 1. Write the journal (:mod:`asyncshard.convert.journal`) naming source and target.
 2. List the array folder; plan one task per target object (or per source shard when
@@ -54,54 +54,47 @@ layout are skipped. Conversions assume no one writes to the array meanwhile.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal, cast
 
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.api import blocking, fold_storage_options
 from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
-from asyncshard.convert.journal import normalize, read_journal
+from asyncshard.convert.hierarchy import walk_hierarchy
+from asyncshard.convert.journal import read_journal
 from asyncshard.convert.layout import (
-    ArrayLayout,
     IndexLocation,
-    layout_doc,
-    read_layout,
 )
-from asyncshard.convert.manifest import (
-    manifest_form,
-    manifest_keys,
-    stored_chunks,
-    switched_manifest,
-    with_manifest,
-)
+from asyncshard.convert.migrate import copy_store
 from asyncshard.convert.pipeline import (
-    Convertible,
-    Doc,
-    Listing,
-    RunOptions,
     convert_nodes,
-    write_json,
 )
 from asyncshard.convert.plan import (
     Request,
     normalize_shard_shape,
-    plan_pass,
-    plan_passes,
-    resolve_target,
 )
-from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
-from asyncshard.convert.runner import PassSpec, Task
-from asyncshard.convert.tasks import ZarrExecutor
+from asyncshard.convert.report import ArrayReport, ConversionSummary
 from asyncshard.convert.vectors import Role, VectorRoles
-from asyncshard.errors import InvalidMetadataError, NothingToConvertError, ShardShapeError
-from asyncshard.formats.zarr3.keys import Coords, Separator
-from asyncshard.sharding.common import read_json_versioned
+from asyncshard.convert.zarr_array import (
+    META,
+    ZARR_OPTIONS,
+    ZarrArray,
+    ZarrOptions,
+    array_prefix,
+    find_arrays,
+    read_doc,
+)
+from asyncshard.errors import (
+    ConversionError,
+    InvalidMetadataError,
+    NothingToConvertError,
+    ShardShapeError,
+)
+from asyncshard.formats.zarr3.keys import Separator
 from asyncshard.store import Store
 
 __all__ = [
-    "ZarrArray",
-    "ZarrOptions",
     "convert_store",
     "find_arrays",
     "rebuild_manifest",
@@ -114,176 +107,16 @@ __all__ = [
     "unshard_store_async",
 ]
 
-META = "zarr.json"
 _OBJECT_LEVEL = "zarr-vectors object-level array: kept flat as zarr-vectors does"
-
-
-class ZarrOptions(RunOptions, total=False):
-    """:class:`~asyncshard.convert.pipeline.RunOptions` plus the manifest options.
-
-    ``manifest`` writes the ``nonempty_chunks`` attribute on converted arrays (when
-    false it is still kept correct where it exists); ``rebuild_manifest`` rebuilds it
-    from the data on skipped arrays.
-    """
-
-    manifest: bool
-    rebuild_manifest: bool
-
-
-#: The keywords of the Zarr conversions that are not storage options.
-ZARR_OPTIONS = ZarrOptions.__optional_keys__
-
-
-def _prefix(path: str) -> str:
-    return f"{path}/" if path else ""
-
-
-async def _read_doc(store: Store, key: str) -> tuple[dict[str, Any], str | None] | None:
-    """A metadata document and its version; ``None`` if missing or not a JSON object."""
-    try:
-        return await read_json_versioned(store, key)
-    except InvalidMetadataError:
-        return None
-
-
-async def find_arrays(store: Store) -> list[str]:
-    """Paths of the Zarr v3 arrays in ``store`` (``""`` for an array at the root).
-
-    Walks the folders with ``list_dir``, reading each ``zarr.json``; does not descend
-    into arrays, so chunk folders are never listed.
-    """
-    found: list[str] = []
-
-    async def walk(prefix: str) -> None:
-        keys, prefixes = await store.list_dir(prefix)
-        if prefix + META in keys:
-            got = await _read_doc(store, prefix + META)
-            if got is not None and got[0].get("node_type") == "array":
-                found.append(prefix.rstrip("/"))
-                return
-        for child in prefixes:
-            await walk(child)
-
-    await walk("")
-    return sorted(found)
-
-
-@dataclass
-class ZarrArray(Convertible):
-    """The Zarr plug-in of the pipeline: one array, its ``zarr.json`` and the request."""
-
-    path: str
-    doc: Doc
-    version: str | None
-    request: Request
-    manifest: bool = True
-    rebuild_manifest: bool = False
-
-    @property
-    def prefix(self) -> str:
-        return _prefix(self.path)
-
-    @property
-    def meta_key(self) -> str:
-        return self.prefix + META
-
-    def layout(self, doc: Mapping[str, Any] | None = None) -> ArrayLayout:
-        """The layout of ``doc`` (or of the current document) under this array's prefix."""
-        return read_layout(self.doc if doc is None else doc, self.prefix)
-
-    def describe(self, doc: Mapping[str, Any] | None = None) -> str:
-        return self.layout(doc).describe()
-
-    def target(self) -> Doc | str:
-        final = resolve_target(self.doc, self.request)
-        return f"already {self.describe()}" if final is None else final
-
-    def satisfies(self, final: Mapping[str, Any]) -> bool:
-        if resolve_target(final, self.request) is not None:
-            return False
-        separator = self.request.separator
-        return separator is None or read_layout(final).encoding.separator == separator
-
-    def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
-        return plan_passes(self.doc, final)
-
-    def layout_doc(self, doc: Mapping[str, Any]) -> Doc:
-        return layout_doc(doc)
-
-    def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
-        return self.layout(doc).parse_object_key
-
-    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[Coords]], int]:
-        objects = cast(list[Coords], listing.objects)
-        found = cast(list[Coords], listing.found_objects)
-        return plan_pass(self.layout(source), self.layout(target), objects, found)
-
-    def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
-        return PassSpec(ZarrExecutor, self.prefix, source, target)
-
-    async def switch(
-        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
-    ) -> None:
-        chunks = [c for result in results for c in result.chunks]
-        keys, note = switched_manifest(
-            self.doc, self.layout(), self.layout(target), chunks, add=self.manifest, name=self.path
-        )
-        if note is not None and note not in report.notes:  # once for both passes of a reshard
-            report.notes.append(note)
-        doc = dict(normalize(target))
-        doc["attributes"] = self.doc.get("attributes", {})
-        await self._write(store, with_manifest(doc, keys))
-
-    async def resync(self, store: Store) -> None:
-        await _sync_consolidated(store, self.path, self.doc)
-
-    async def skipped(self, store: Store, report: ArrayReport) -> None:
-        if self.rebuild_manifest:
-            try:
-                report.reason += f"; manifest rebuilt ({await self.rebuild(store)} chunks)"
-            except ValueError as exc:
-                report.reason += f"; manifest not rebuilt: {exc}"
-
-    async def _write(self, store: Store, doc: Doc) -> None:
-        self.version = await write_json(store, self.meta_key, doc, self.version)
-        self.doc = doc
-        await _sync_consolidated(store, self.path, doc)
-
-    async def rebuild(self, store: Store) -> int:
-        """Rebuild the manifest from the stored chunks, in its current form (``ValueError``
-        for a manifest in an unknown form, left as it is); return its length."""
-        layout = self.layout()
-        form = manifest_form(self.doc, layout) or "zarr-vectors"
-        keys = manifest_keys(form, self.doc, layout, await stored_chunks(store, layout))
-        await self._write(store, with_manifest(self.doc, keys))
-        return len(keys)
-
-
-async def _sync_consolidated(store: Store, path: str, doc: Mapping[str, Any]) -> None:
-    """Replace the array's entry in ancestor groups' ``consolidated_metadata``."""
-    parts = path.split("/") if path else []
-    for depth in range(len(parts) - 1, -1, -1):
-        key = _prefix("/".join(parts[:depth])) + META
-        got = await _read_doc(store, key)
-        if got is None:
-            continue
-        group_doc, version = got
-        consolidated = group_doc.get("consolidated_metadata")
-        if not isinstance(consolidated, dict) or not isinstance(consolidated.get("metadata"), dict):
-            continue
-        rel = "/".join(parts[depth:])
-        if rel in consolidated["metadata"]:
-            consolidated["metadata"][rel] = normalize(doc)
-            await write_json(store, key, group_doc, version)
 
 
 async def _load(
     store: Store, path: str, request: Request, options: ZarrOptions
 ) -> ZarrArray | ArrayReport:
     """The array at ``path`` as a node, or the report of why it is skipped."""
-    got = await _read_doc(store, _prefix(path) + META)
+    got = await read_doc(store, array_prefix(path) + META)
     if got is None:
-        return ArrayReport(path, "skipped", reason=f"no readable {_prefix(path)}{META}")
+        return ArrayReport(path, "skipped", reason=f"no readable {array_prefix(path)}{META}")
     node = ZarrArray(
         path,
         got[0],
@@ -345,6 +178,11 @@ async def convert_store(
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
         if not paths:
             where = store.url or repr(store)
+            if any(n.kind == "array" for n in await walk_hierarchy(store, frozenset({2}))):
+                raise ConversionError(
+                    f"{where} holds Zarr v2 arrays, which are converted into another "
+                    "location: give --to DEST (shard_store(src, shape, to=dest))"
+                )
             raise NothingToConvertError(f"no Zarr v3 array and no precomputed info at {where}")
         roles = VectorRoles(store)
         for path in paths:
@@ -366,9 +204,16 @@ async def shard_store_async(
     index_location: IndexLocation | None = None,
     checksum: bool | None = None,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
+    to: StoreLocation | None = None,
+    to_storage_options: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> ConversionSummary:
     """Shard every Zarr v3 array of a store (or those at the paths ``arrays``).
+
+    With ``to`` (a URL or a store, opened with ``to_storage_options``), the source is left
+    untouched and the sharded copy of its whole hierarchy, Zarr v2 or v3, is written
+    there; OME-Zarr 0.4 becomes 0.5 (:mod:`~asyncshard.convert.migrate`). Without it,
+    Zarr v3 arrays are converted in place; Zarr v2 sources need ``to``.
 
     ``shard_shape`` is in inner chunks (chunks per shard), an int for every axis, or
     ``"auto"``: chosen per array for shards of ``shard_bytes`` decoded bytes (64 MiB;
@@ -391,6 +236,12 @@ async def shard_store_async(
     shape: int | tuple[int, ...] | Literal["auto"]
     shape = shard_shape if isinstance(shard_shape, int | str) else tuple(shard_shape)
     request = Request(shape, separator, index_location, checksum, shard_bytes)
+    if to is not None:
+        return await copy_store(
+            url_or_store, to, request, arrays, to_storage_options=to_storage_options, **options
+        )
+    if to_storage_options is not None:
+        raise ValueError("to_storage_options without to")
     return await convert_store(url_or_store, request, arrays, **options)
 
 

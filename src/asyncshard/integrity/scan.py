@@ -18,7 +18,7 @@ from typing import Any
 
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.api import blocking
-from asyncshard.convert.zarr import find_arrays
+from asyncshard.convert.zarr_array import find_arrays
 from asyncshard.errors import (
     ConflictError,
     FormatError,

@@ -1,0 +1,265 @@
+"""Converting a Zarr hierarchy into another store: v2 or v3 in, sharded v3 out, with
+OME-Zarr 0.4 metadata migrated to 0.5.
+
+``shard_store(src, shape, to=dest)`` (``asyncshard shard SRC SHAPE --to DEST``) leaves
+``src`` untouched and writes to ``dest``:
+
+* every array as a sharded Zarr v3 array with ``c/...`` keys. A v2 array is read through
+  the v3 document that names its stored bytes (:mod:`asyncshard.formats.zarr2`), so its
+  chunks are moved into shards without decoding, or re-encoded chunk by chunk where its
+  codecs have no v3 equivalent (:mod:`asyncshard.convert.recode`);
+* every group as a v3 group, its attributes carried over; OME-Zarr 0.4 attributes become
+  0.5 (:mod:`asyncshard.formats.ome`) and the arrays of a multiscale get their axes as
+  ``dimension_names``.
+
+Everything is checked before the first write: the source metadata translate, and
+``dest`` holds nothing in the way. Arrays go through the same pipeline as an in-place
+conversion (:mod:`asyncshard.convert.pipeline`): the journal lives in ``dest``, shards
+are written atomically, an array's ``zarr.json`` is written after its last shard, and a
+rerun after an interruption writes only what is missing. Groups are written last,
+deepest first, so ``dest``'s root metadata appears when the whole hierarchy is there.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from asyncshard.backends.registry import StoreLocation, opened
+from asyncshard.convert.api import fold_storage_options
+from asyncshard.convert.hierarchy import HierarchyNode, walk_hierarchy
+from asyncshard.convert.journal import normalize
+from asyncshard.convert.layout import encoding_json, read_layout
+from asyncshard.convert.pipeline import Doc, convert_nodes
+from asyncshard.convert.plan import Request, normalize_shard_shape, resolve_target
+from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
+from asyncshard.convert.runner import PassSpec
+from asyncshard.convert.tasks import ZarrExecutor
+from asyncshard.convert.zarr_array import ZARR_OPTIONS, ZarrArray, ZarrOptions, array_prefix
+from asyncshard.errors import (
+    ConversionError,
+    InvalidMetadataError,
+    NothingToConvertError,
+    ShardShapeError,
+)
+from asyncshard.formats import ome
+from asyncshard.formats.zarr2 import translate
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
+from asyncshard.store import Store
+
+__all__ = ["CopiedArray", "copy_store"]
+
+META = "zarr.json"
+
+
+@dataclass
+class CopiedArray(ZarrArray):
+    """An array converted into another store: ``source_doc`` is the v3 document of the
+    source objects; ``doc`` is the destination's ``zarr.json`` once it exists (a
+    finished array), else ``source_doc``. ``recode``: see :class:`PassSpec`."""
+
+    source_doc: Doc = field(default_factory=dict)
+    recode: dict[str, Any] | None = None
+    recode_reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the destination holds this array already."""
+        return self.doc is not self.source_doc
+
+    def final(self) -> Doc:
+        """The destination document the request asks for (``c/`` keys, or the
+        separator asked for)."""
+        resolved = resolve_target(self.source_doc, self.request)
+        doc = copy.deepcopy(self.source_doc) if resolved is None else resolved
+        separator = self.request.separator or "/"
+        doc["chunk_key_encoding"] = encoding_json(ChunkKeyEncoding("default", separator))
+        return doc
+
+    def target(self) -> Doc | str:
+        return f"already {self.describe()}" if self.finished else self.final()
+
+    def satisfies(self, final: Mapping[str, Any]) -> bool:
+        return self.same(final, self.final())
+
+    def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
+        return [(dict(self.source_doc), dict(final))]
+
+    def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
+        return PassSpec(ZarrExecutor, self.prefix, source, target, self.recode)
+
+    async def switch(
+        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
+    ) -> None:
+        await super().switch(store, target, results, report)
+        if self.recode is not None:
+            report.notes.append(f"chunks re-encoded ({self.recode_reason})")
+
+
+@dataclass
+class CopyPlan:
+    """What a conversion into another store writes: arrays, then groups' documents."""
+
+    arrays: list[CopiedArray | ArrayReport] = field(default_factory=list)
+    groups: list[tuple[str, Doc]] = field(default_factory=list)
+
+
+def _array_source(
+    node: HierarchyNode, names: list[str] | None
+) -> tuple[Doc, dict[str, Any] | None, str]:
+    """The v3 document of the source objects, what re-encoding needs, and why."""
+    if node.zarr_format == 3:
+        doc = copy.deepcopy(node.meta)
+        if names is not None and len(names) == len(doc.get("shape", ())):
+            doc.setdefault("dimension_names", names)
+        return doc, None, ""
+    translated = translate(node.meta, node.attributes, names)
+    return translated.doc, translated.recode, translated.reason
+
+
+def _group_doc(node: HierarchyNode) -> Doc:
+    if node.zarr_format == 3:
+        doc = {k: copy.deepcopy(v) for k, v in node.meta.items() if k != "consolidated_metadata"}
+        doc["attributes"] = ome.to_v05(node.attributes, node.path)
+        return doc
+    return {
+        "zarr_format": 3,
+        "node_type": "group",
+        "attributes": ome.to_v05(node.attributes, node.path),
+    }
+
+
+async def _existing(store: Store, key: str) -> Doc | None:
+    raw = await store.get(key)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(bytes(raw))
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ConversionError(f"the destination holds {key}, which is not a JSON object")
+    return doc
+
+
+async def plan_copy(
+    reader: Store,
+    store: Store,
+    request: Request,
+    arrays: Sequence[str] | None,
+    options: ZarrOptions,
+) -> CopyPlan:
+    """Walk the source, translate every node and check the destination; nothing is
+    written. Raises before any write when something does not translate or is in the way."""
+    nodes = await walk_hierarchy(reader)
+    if not any(n.kind == "array" for n in nodes):
+        where = reader.url or repr(reader)
+        raise NothingToConvertError(f"no Zarr array (v2 or v3) at {where}")
+    names: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.kind == "group":
+            names.update(ome.dimension_names(node.attributes, node.path))
+    wanted = None if arrays is None else {a.strip("/") for a in arrays}
+    plan = CopyPlan()
+    for node in nodes:
+        if node.kind == "group":
+            plan.groups.append((node.path, _group_doc(node)))
+            continue
+        if wanted is not None and node.path not in wanted:
+            plan.arrays.append(ArrayReport(node.path, "skipped", reason="not among --array"))
+            continue
+        plan.arrays.append(await _plan_array(store, node, names.get(node.path), request, options))
+    missing = (wanted or set()) - {n.path for n in nodes if n.kind == "array"}
+    if missing:
+        raise NothingToConvertError(f"no array at {sorted(missing)} in the source")
+    for path, doc in plan.groups:
+        found = await _existing(store, array_prefix(path) + META)
+        if found is not None and normalize(found) != normalize(doc):
+            raise ConversionError(
+                f"the destination already holds a different group at {path or '/'}; "
+                "convert into an empty location"
+            )
+    plan.groups.sort(key=lambda g: -g[0].count("/") - bool(g[0]))  # deepest first
+    return plan
+
+
+async def _plan_array(
+    store: Store,
+    node: HierarchyNode,
+    names: list[str] | None,
+    request: Request,
+    options: ZarrOptions,
+) -> CopiedArray:
+    try:
+        source_doc, recode, reason = _array_source(node, names)
+        layout = read_layout(source_doc)
+    except InvalidMetadataError as exc:
+        raise InvalidMetadataError(f"array {node.path or '/'}: {exc}") from None
+    try:
+        if request.shard_shape != "auto":
+            normalize_shard_shape(request.shard_shape, layout.ndim)
+    except ValueError as exc:
+        raise ShardShapeError(f"array {node.path or '/'}: {exc}") from None
+    array = CopiedArray(
+        node.path,
+        source_doc,
+        None,
+        request,
+        manifest=options.get("manifest", False),
+        source_doc=source_doc,
+        recode=recode,
+        recode_reason=reason,
+    )
+    found = await _existing(store, array.meta_key)
+    if found is not None:
+        if not array.same(found, array.final()):
+            raise ConversionError(
+                f"the destination already holds a different array at {node.path or '/'}; "
+                "convert into an empty location"
+            )
+        array.doc = found
+    return array
+
+
+async def copy_store(
+    source: StoreLocation,
+    to: StoreLocation,
+    request: Request,
+    arrays: Sequence[str] | None = None,
+    *,
+    to_storage_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> ConversionSummary:
+    """Convert the hierarchy at ``source`` into ``to`` as ``request`` says (see the module
+    docstring). ``to_storage_options`` open ``to``; the other options are those of
+    :func:`~asyncshard.convert.zarr.shard_store_async`, storage options apply to
+    ``source``. ``manifest`` (default false here) adds ``nonempty_chunks``."""
+    if request.shard_shape is None:
+        raise ValueError("a conversion into another store shards: give a shard shape")
+    run = cast(ZarrOptions, fold_storage_options(options, ZARR_OPTIONS))
+    started = time.perf_counter()
+    async with (
+        opened(source, run.pop("storage_options", None)) as reader,
+        opened(to, to_storage_options) as store,
+    ):
+        if reader is store or (reader.url is not None and reader.url == store.url):
+            raise ConversionError(
+                "the destination is the source; leave out `to` to convert in place"
+            )
+        plan = await plan_copy(reader, store, request, arrays, run)
+
+        async def nodes(_: Store) -> AsyncIterator[CopiedArray | ArrayReport]:
+            for node in plan.arrays:
+                yield node
+
+        summary = await convert_nodes(store, nodes, run, reader=reader)
+        for path, doc in plan.groups:
+            found = await _existing(store, array_prefix(path) + META)
+            if found is None:
+                await store.set(array_prefix(path) + META, json.dumps(doc, indent=2).encode())
+    summary.seconds = time.perf_counter() - started
+    return summary

@@ -1,0 +1,221 @@
+"""Conversion into another store: OME-Zarr 0.4 (Zarr v2) to sharded OME-Zarr 0.5."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from asyncshard.convert import shard_store
+from asyncshard.convert.journal import JOURNAL_NAME
+from asyncshard.errors import ConversionError, InvalidMetadataError, NothingToConvertError
+from tests.convert.ome_data import (
+    assert_same_arrays,
+    tree_digest,
+    write_image_04,
+    write_plate_04,
+)
+
+SMALL_SHARDS = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def image_04(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray[Any, Any]]:
+    path = tmp_path_factory.mktemp("ome") / "image.zarr"
+    return path, write_image_04(path)
+
+
+@pytest.fixture(scope="module")
+def plate_04(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("ome") / "plate.zarr"
+    return path, write_plate_04(path)
+
+
+def _doc(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / "zarr.json").read_text()))
+
+
+def test_image_with_labels_becomes_valid_sharded_0_5(
+    image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
+) -> None:
+    import zarr
+    from ome_zarr_models.v05.image import Image
+    from ome_zarr_models.v05.image_label import ImageLabel
+
+    source, data = image_04
+    before = tree_digest(source)
+    dest = tmp_path / "image.ome.zarr"
+    summary = shard_store(source, "auto", to=dest, shard_bytes=SMALL_SHARDS)
+
+    assert tree_digest(source) == before  # the source is untouched
+    paths = assert_same_arrays(source, dest)
+    assert sorted(summary.arrays_changed) == sorted(paths)
+    assert summary.chunks_moved > 0 and not summary.skipped
+
+    Image.from_zarr(zarr.open_group(str(dest), mode="r"))
+    ImageLabel.from_zarr(zarr.open_group(str(dest / "labels" / "cells"), mode="r"))
+    attrs = _doc(dest)["attributes"]
+    assert attrs["ome"]["version"] == "0.5"
+    assert attrs["ome"]["omero"]["channels"][1]["label"] == "GFP"
+    assert "version" not in attrs["ome"]["multiscales"][0]
+    label = _doc(dest / "labels" / "cells")["attributes"]["ome"]
+    assert label["image-label"]["colors"][0]["rgba"] == [255, 0, 0, 255]
+    assert _doc(dest / "labels")["attributes"]["ome"]["labels"] == ["cells"]
+    assert _doc(dest / "s0")["dimension_names"] == ["c", "z", "y", "x"]
+    assert _doc(dest / "labels" / "cells" / "s0")["dimension_names"] == ["z", "y", "x"]
+    np.testing.assert_array_equal(zarr.open_array(str(dest / "s0"), mode="r")[...], data)
+
+
+def test_ome_zarr_py_reads_the_copy(
+    image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
+) -> None:
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    source, data = image_04
+    dest = tmp_path / "image.ome.zarr"
+    shard_store(source, "auto", to=dest, shard_bytes=SMALL_SHARDS)
+    location = parse_url(str(dest))
+    assert location is not None and location.version == "0.5"
+    image = next(iter(Reader(location)()))
+    np.testing.assert_array_equal(np.asarray(image.data[0]), data)
+    assert len(image.data) == 3
+    assert [a["name"] for a in image.metadata["axes"]] == ["c", "z", "y", "x"]
+
+
+def test_plate_becomes_valid_0_5(plate_04: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    import zarr
+    from ome_zarr_models.v05.hcs import HCS
+    from ome_zarr_models.v05.well import Well
+
+    source, fields = plate_04
+    before = tree_digest(source)
+    dest = tmp_path / "plate.ome.zarr"
+    shard_store(source, 2, to=dest)
+    assert tree_digest(source) == before
+    assert_same_arrays(source, dest)
+    HCS.from_zarr(zarr.open_group(str(dest), mode="r"))
+    Well.from_zarr(zarr.open_group(str(dest / "A" / "1"), mode="r"))
+    plate = _doc(dest)["attributes"]["ome"]
+    assert plate["version"] == "0.5" and "version" not in plate["plate"]
+    assert [w["path"] for w in plate["plate"]["wells"]] == ["A/1", "A/2"]
+    for path, data in fields.items():
+        level0 = zarr.open_array(str(dest / path / "s0"), mode="r")
+        np.testing.assert_array_equal(level0[...], data)
+
+
+def test_rerun_is_idempotent(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path) -> None:
+    source, _ = image_04
+    dest = tmp_path / "image.ome.zarr"
+    shard_store(source, "auto", to=dest, shard_bytes=SMALL_SHARDS)
+    written = tree_digest(dest)
+    again = shard_store(source, "auto", to=dest, shard_bytes=SMALL_SHARDS)
+    assert again.arrays_changed == [] and again.bytes_moved == 0
+    assert all(reason.startswith("already") for _, reason in again.skipped)
+    assert tree_digest(dest) == written
+
+
+def test_checks_come_before_any_write(
+    image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
+) -> None:
+    source, _ = image_04
+    dest = tmp_path / "image.ome.zarr"
+    shard_store(source, 4, to=dest)
+    with pytest.raises(ConversionError, match="already holds a different array"):
+        shard_store(source, 2, to=dest)  # another shard shape over a finished copy
+    with pytest.raises(ConversionError, match="the destination is the source"):
+        shard_store(source, 2, to=source)
+    with pytest.raises(ConversionError, match="--to DEST"):
+        shard_store(source, 2)  # v2 is never converted in place
+    with pytest.raises(NothingToConvertError):
+        shard_store(tmp_path / "empty", 2, to=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_other_ome_versions_are_refused_before_writing(tmp_path: Path) -> None:
+    import zarr
+
+    source = tmp_path / "old.zarr"
+    root = zarr.open_group(str(source), mode="w", zarr_format=2)
+    root.create_array("0", shape=(4, 4), chunks=(2, 2), dtype="u1")
+    root.attrs["multiscales"] = [
+        {"version": "0.3", "axes": ["y", "x"], "datasets": [{"path": "0"}]}
+    ]
+    dest = tmp_path / "out.zarr"
+    with pytest.raises(InvalidMetadataError, match=r"OME-Zarr 0\.3 is not migrated"):
+        shard_store(source, 2, to=dest)
+    assert not dest.exists()
+
+
+def _shards(dest: Path) -> int:
+    return sum(1 for p in dest.rglob("*") if p.is_file() and "c" in p.relative_to(dest).parts)
+
+
+def test_kill_9_during_an_ome_conversion_then_rerun(tmp_path: Path) -> None:
+    """A conversion killed mid-way leaves no root document (groups go last); a rerun
+    finishes it: valid 0.5, data equal, source untouched, no journal left."""
+    import zarr
+    from ome_zarr_models.v05.image import Image
+    from ome_zarr_models.v05.image_label import ImageLabel
+
+    source = tmp_path / "image.zarr"
+    write_image_04(source, shape=(2, 32, 256, 256))
+    before = tree_digest(source)
+    dest = tmp_path / "image.ome.zarr"
+    command = [
+        sys.executable,
+        "-c",
+        "from asyncshard.cli import main; main()",
+        "shard",
+        str(source),
+        "auto",
+        "--to",
+        str(dest),
+        "--shard-bytes",
+        "16KiB",  # one 16 KiB chunk per shard: many shards
+        "-j",
+        "1",
+        "-q",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while _shards(dest) < 100:
+        assert proc.poll() is None, "the conversion ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (dest / "zarr.json").exists()
+    assert list(dest.rglob(JOURNAL_NAME))  # the array in flight has its journal
+
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_digest(source) == before
+    assert not list(dest.rglob(JOURNAL_NAME))
+    assert_same_arrays(source, dest)
+    Image.from_zarr(zarr.open_group(str(dest), mode="r"))
+    ImageLabel.from_zarr(zarr.open_group(str(dest / "labels" / "cells"), mode="r"))
+
+
+def test_on_dask(
+    image_04: tuple[Path, np.ndarray[Any, Any]], dask_client: Any, tmp_path: Path
+) -> None:
+    source, _ = image_04
+    dest = tmp_path / "image.ome.zarr"
+    summary = shard_store(
+        f"file://{source}",
+        "auto",
+        to=f"file://{dest}",
+        shard_bytes=SMALL_SHARDS,
+        client=dask_client,
+    )
+    assert summary.chunks_moved > 0
+    assert_same_arrays(source, dest)
