@@ -32,7 +32,10 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
                 help="A Zarr array path or precomputed scale key (repeatable; default: all).",
             ),
             click.option(
-                "--decode", is_flag=True, help="Also decode chunks the format encodes (gzip)."
+                "--decode",
+                is_flag=True,
+                help="Also decode every chunk through its codecs (Zarr: crc32c, gzip, zstd, "
+                "blosc, then the chunk's size; precomputed: gzip).",
             ),
             click.option(
                 "-j",
@@ -96,10 +99,40 @@ def verify(url: str, **options: Any) -> None:
 @click.command("repair")
 @_common
 @click.option("--dry-run", is_flag=True, help="Report what would be rewritten; change nothing.")
-def repair(url: str, dry_run: bool, **options: Any) -> None:
-    """Rewrite each damaged shard at URL from its intact chunks; list the chunks lost.
+@click.option(
+    "--from",
+    "source",
+    metavar="SOURCE",
+    help="Put back lost chunks from the same datasets at SOURCE (a backup, or the flat "
+    "original; any layout that stores chunks the same way).",
+)
+@click.option("--from-endpoint", metavar="URL", help="--endpoint of SOURCE.")
+@click.option("--from-option", multiple=True, metavar="KEY=VALUE", help="-o of SOURCE.")
+def repair(
+    url: str,
+    dry_run: bool,
+    source: str | None,
+    from_endpoint: str | None,
+    from_option: tuple[str, ...],
+    **options: Any,
+) -> None:
+    """Rewrite each damaged shard at URL from its intact chunks (and those --from
+    SOURCE has); list the chunks restored and lost.
 
     Writes are conditional on the version inspected: a shard another writer changed
     meanwhile is left alone. Exits 1 when damage was found (repaired or not).
     """
-    _run(repair_async, url, options, dry_run=dry_run)
+    if source is None:
+        if from_endpoint is not None or from_option:
+            raise click.UsageError("--from-endpoint and --from-option need --from SOURCE")
+        _run(repair_async, url, options, dry_run=dry_run)
+        return
+    source_options = storage_options(source, from_endpoint, False, from_option)
+    _run(
+        repair_async,
+        url,
+        options,
+        dry_run=dry_run,
+        source=source,
+        source_storage_options=source_options,
+    )

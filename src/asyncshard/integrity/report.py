@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ class DamagedShard:
 
     ``faults``: what hides which chunks it affects (an unreadable index); ``lost``: chunk
     key -> why that chunk cannot be read; ``intact``: how many chunks still read;
+    ``restored``: keys of lost chunks ``repair --from`` put back (no longer in ``lost``);
     ``action``: what ``repair`` did (or would do, with ``dry_run``), ``None`` for
     ``verify``.
     """
@@ -22,6 +24,15 @@ class DamagedShard:
     lost: dict[str, str] = field(default_factory=dict)
     intact: int = 0
     action: str | None = None
+    restored: list[str] = field(default_factory=list)
+
+    def restore(self, fmt: Any, shard_key: str, chunks: Iterable[Any]) -> None:
+        """Move ``chunks`` (the format's chunk names) from ``lost`` to ``restored``."""
+        for chunk in chunks:
+            key = fmt.chunk_key(shard_key, chunk) or f"{shard_key}#{chunk}"
+            self.lost.pop(key, None)
+            self.restored.append(key)
+        self.restored.sort()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -30,6 +41,7 @@ class DamagedShard:
             "faults": self.faults,
             "lost": self.lost,
             "intact": self.intact,
+            "restored": self.restored,
             "action": self.action,
         }
 
@@ -65,9 +77,12 @@ class IntegrityReport:
         lines = []
         for d in self.damaged:
             what = "; ".join(d.faults) if d.faults else f"{len(d.lost)} chunks lost"
+            if d.restored:
+                what += f", {len(d.restored)} restored"
             action = f" -> {d.action}" if d.action else ""
             lines.append(f"DAMAGED {d.key} ({d.dataset}): {what}, {d.intact} intact{action}")
             lines.extend(f"  lost {key}: {reason}" for key, reason in sorted(d.lost.items()))
+            lines.extend(f"  restored {key}" for key in d.restored)
             lines.extend(f"  fault: {fault}" for fault in d.faults)
         state = "all intact" if self.ok else f"{len(self.damaged)} damaged"
         lines.append(

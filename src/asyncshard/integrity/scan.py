@@ -1,8 +1,6 @@
 """``verify`` and ``repair``: every shard of every sharded dataset of a store, inspected.
 
-Datasets are found as conversions find them: the sharded scales of the precomputed
-volume when the store holds an ``info`` file, else the sharded Zarr v3 arrays (all of
-them, or the ``datasets`` paths). Each dataset is opened as its sharded store, whose
+Each dataset (:mod:`asyncshard.integrity.datasets`) is opened as its sharded store, whose
 format lists its shards (``is_shard``), inspects them (``inspect``) and builds the
 repaired ones (``build``): the checks and the shard layout are the formats', never a
 second copy. ``max_in_flight`` workers inspect a shard each at a time, so memory is
@@ -13,27 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from asyncshard.backends.registry import StoreLocation, opened
+from asyncshard.buffers import BytesLike
 from asyncshard.convert.api import blocking
-from asyncshard.convert.zarr_array import find_arrays
 from asyncshard.errors import (
     ConflictError,
     FormatError,
-    InvalidMetadataError,
     NoShardedDataError,
     UnsupportedOperationError,
 )
 from asyncshard.fanout import gather_settled
 from asyncshard.formats.health import ShardHealth
-from asyncshard.formats.zarr3.metadata import is_sharded
+from asyncshard.integrity.datasets import (
+    Dataset,
+    DecodeCheck,
+    Restore,
+    restore_source,
+    sharded_datasets,
+)
 from asyncshard.integrity.report import DamagedShard, IntegrityReport
-from asyncshard.sharding.common import read_json, replace_shard
+from asyncshard.sharding.common import replace_shard
 from asyncshard.sharding.engine import ShardedAdapter
-from asyncshard.sharding.volume import PrecomputedVolume
-from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import ObjectMeta, Store
 
 __all__ = ["repair", "repair_async", "verify", "verify_async"]
@@ -41,34 +43,6 @@ __all__ = ["repair", "repair_async", "verify", "verify_async"]
 DEFAULT_IN_FLIGHT = 4
 #: Called with each shard key once it is inspected (a progress bar).
 OnShard = Callable[[str], None]
-
-
-async def sharded_datasets(
-    store: Store, datasets: Sequence[str] | None = None
-) -> list[tuple[str, ShardedAdapter[Any]]]:
-    """``(name, sharded store)`` of every sharded dataset of ``store`` (see the module)."""
-    try:
-        info = await read_json(store, "info")
-    except InvalidMetadataError:
-        info = None
-    if isinstance(info, dict) and "scales" in info:
-        volume = PrecomputedVolume(store, info)
-        keys = volume.sharded_scale_keys if datasets is None else list(datasets)
-        unknown = [k for k in keys if k not in volume.sharded_scale_keys]
-        if unknown:
-            raise InvalidMetadataError(
-                f"info: no sharded scale {unknown[0]!r} (sharded: {volume.sharded_scale_keys})"
-            )
-        return [(key, volume.scale(key).store) for key in keys]
-    found: list[tuple[str, ShardedAdapter[Any]]] = []
-    for path in await find_arrays(store) if datasets is None else datasets:
-        path = path.strip("/")
-        doc = await read_json(store, f"{path}/zarr.json" if path else "zarr.json")
-        if doc is not None and is_sharded(doc):
-            found.append((path or "/", await ZarrShardedStore.open(store, path)))
-        elif datasets is not None:
-            raise InvalidMetadataError(f"{path or '/'}: not a sharded Zarr v3 array")
-    return found
 
 
 async def _shard_keys(adapter: ShardedAdapter[Any]) -> list[str]:
@@ -87,38 +61,71 @@ def _damage(
 
 
 async def _inspect(
-    adapter: ShardedAdapter[Any], key: str, decode: bool
+    adapter: ShardedAdapter[Any], key: str, check: DecodeCheck | None
 ) -> tuple[ShardHealth[Any], ObjectMeta] | None:
-    """The health of one shard and what it was when read (``None``: gone)."""
+    """The health of one shard and what it was when read (``None``: gone); ``check``
+    decodes every intact chunk (``--decode``)."""
     got = await adapter.inner.get_object(key)
     if got is None:
         return None
-    fmt = adapter.format
-    health = fmt.inspect(key, memoryview(got.data))
-    if decode and fmt.encoded:
+    health = adapter.format.inspect(key, memoryview(got.data))
+    if check is not None:
         for chunk, stored in list(health.intact.items()):
             try:
-                await asyncio.to_thread(fmt.decode, stored, key, chunk)
+                await asyncio.to_thread(check, stored, key, chunk)
             except FormatError as exc:
                 del health.intact[chunk]
                 health.lost[chunk] = str(exc)
     return health, got.meta
 
 
+async def _restore(
+    dataset: Dataset,
+    restore: Restore,
+    check: DecodeCheck | None,
+    key: str,
+    health: ShardHealth[Any],
+) -> dict[Any, BytesLike]:
+    """Stored bytes of the lost chunks that ``restore`` has (and that pass ``check``):
+    those named lost, or every chunk not intact when a fault hides which were there."""
+    lost = list(health.lost)
+    if health.faults:
+        lost = [c for c in dataset.possible_chunks(key) if c not in health.intact]
+    found: dict[Any, BytesLike] = {}
+    for chunk in lost:
+        stored = await restore(key, chunk)
+        if stored is None:
+            continue
+        if check is not None:
+            try:
+                await asyncio.to_thread(check, stored, key, chunk)
+            except FormatError:
+                continue
+        found[chunk] = stored
+    return found
+
+
 async def _fix(
-    adapter: ShardedAdapter[Any], key: str, health: ShardHealth[Any], current: ObjectMeta
+    adapter: ShardedAdapter[Any],
+    key: str,
+    health: ShardHealth[Any],
+    current: ObjectMeta,
+    restored: Mapping[Any, BytesLike],
 ) -> str:
-    """Replace the damaged shard by its intact chunks, only over the version inspected."""
+    """Replace the damaged shard by its intact and ``restored`` chunks, only over the
+    version inspected."""
     fmt = adapter.format
     if current.version is None:
         return "left alone: the store gives no version to write over conditionally"
-    new = fmt.build(key, health.intact) if health.intact else None
+    chunks = {**health.intact, **restored}
+    new = fmt.build(key, chunks) if chunks else None
     try:
         kept, _ = await replace_shard(adapter.inner, key, new, current, fmt.empty_shard)
     except ConflictError:
         return "left alone: the shard changed since it was inspected; verify it again"
     if new is not None:
-        return f"rewritten with {len(health.intact)} intact chunks"
+        extra = f" and {len(restored)} restored from the source" if restored else ""
+        return f"rewritten with {len(health.intact)} intact chunks{extra}"
     return "emptied: no chunk was intact" if kept else "deleted: no chunk was intact"
 
 
@@ -132,10 +139,15 @@ async def _scan(
     max_in_flight: int,
     on_shard: OnShard | None,
     storage_options: dict[str, Any] | None,
+    source: StoreLocation | None = None,
+    source_storage_options: dict[str, Any] | None = None,
 ) -> IntegrityReport:
     started = time.perf_counter()
     report = IntegrityReport(decoded=decode)
-    async with opened(location, storage_options) as store:
+    async with (
+        opened(location, storage_options) as store,
+        _maybe_opened(source, source_storage_options) as backup,
+    ):
         if fix and not dry_run and not store.supports_conditional_writes:
             raise UnsupportedOperationError(
                 f"{store!r} cannot write conditionally: a repair could overwrite a "
@@ -145,36 +157,63 @@ async def _scan(
         if not found:
             where = store.url or repr(store)
             raise NoShardedDataError(f"no sharded Zarr v3 array or precomputed scale at {where}")
+        checks = [d.decode_check() if decode else None for d in found]  # before any read
+        restores = [None if backup is None else await restore_source(backup, d) for d in found]
 
-        async def one(name: str, adapter: ShardedAdapter[Any], key: str) -> None:
-            inspected = await _inspect(adapter, key, decode)
+        async def one(
+            dataset: Dataset, check: DecodeCheck | None, restore: Restore | None, key: str
+        ) -> None:
+            adapter = dataset.adapter
+            inspected = await _inspect(adapter, key, check)
             if inspected is not None:
                 health, meta = inspected
                 report.shards += 1
                 report.chunks += len(health.intact)
                 if health.damaged:
-                    damaged = _damage(name, adapter, key, health)
+                    damaged = _damage(dataset.name, adapter, key, health)
                     if fix:
+                        restored = {}
+                        if restore is not None:
+                            restored = await _restore(dataset, restore, check, key, health)
+                            damaged.restore(adapter.format, key, restored)
                         damaged.action = (
                             "would be rewritten (dry run)"
                             if dry_run
-                            else await _fix(adapter, key, health, meta)
+                            else await _fix(adapter, key, health, meta, restored)
                         )
                     report.damaged.append(damaged)
             if on_shard is not None:
                 on_shard(key)
 
-        async def worker(name: str, adapter: ShardedAdapter[Any], keys: Iterator[str]) -> None:
+        async def worker(
+            dataset: Dataset,
+            check: DecodeCheck | None,
+            restore: Restore | None,
+            keys: Iterator[str],
+        ) -> None:
             for key in keys:  # the workers share one iterator: a shard each at a time
-                await one(name, adapter, key)
+                await one(dataset, check, restore, key)
 
-        for name, adapter in found:
-            report.datasets.append(name)
-            keys = iter(await _shard_keys(adapter))
-            await gather_settled(worker(name, adapter, keys) for _ in range(max_in_flight))
+        for dataset, check, restore in zip(found, checks, restores, strict=True):
+            report.datasets.append(dataset.name)
+            keys = iter(await _shard_keys(dataset.adapter))
+            await gather_settled(
+                worker(dataset, check, restore, keys) for _ in range(max_in_flight)
+            )
     report.damaged.sort(key=lambda d: d.key)
     report.seconds = time.perf_counter() - started
     return report
+
+
+@asynccontextmanager
+async def _maybe_opened(
+    location: StoreLocation | None, storage_options: dict[str, Any] | None
+) -> AsyncIterator[Store | None]:
+    if location is None:
+        yield None
+        return
+    async with opened(location, storage_options) as store:
+        yield store
 
 
 async def verify_async(
@@ -212,11 +251,16 @@ async def repair_async(
     max_in_flight: int = DEFAULT_IN_FLIGHT,
     on_shard: OnShard | None = None,
     storage_options: dict[str, Any] | None = None,
+    source: StoreLocation | None = None,
+    source_storage_options: dict[str, Any] | None = None,
 ) -> IntegrityReport:
     """:func:`verify_async`, then rewrite each damaged shard from its intact chunks
     (deleted when none is), conditionally on the version inspected; a shard that changed
-    meanwhile is left alone. The report lists every chunk lost (which then reads as the
-    fill value) and what was done; ``dry_run`` changes nothing."""
+    meanwhile is left alone. ``source`` (opened with ``source_storage_options``) holds
+    the same datasets in any layout: lost chunks it has are put back (see
+    :mod:`~asyncshard.integrity.datasets`). The report lists every chunk restored and
+    every chunk lost (which then reads as the fill value) and what was done;
+    ``dry_run`` changes nothing."""
     return await _scan(
         location,
         datasets,
@@ -226,6 +270,8 @@ async def repair_async(
         max_in_flight=max_in_flight,
         on_shard=on_shard,
         storage_options=storage_options,
+        source=source,
+        source_storage_options=source_storage_options,
     )
 
 
