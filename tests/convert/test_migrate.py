@@ -133,6 +133,9 @@ def test_checks_come_before_any_write(
         shard_store(source, 2, to=dest)  # another shard shape over a finished copy
     with pytest.raises(ConversionError, match="the destination is the source"):
         shard_store(source, 2, to=source)
+    with pytest.raises(ConversionError, match="inside one another"):
+        shard_store(source, 2, to=source / "sharded")
+    assert not (source / "sharded").exists()
     with pytest.raises(ConversionError, match="--to DEST"):
         shard_store(source, 2)  # v2 is never converted in place
     with pytest.raises(NothingToConvertError):

@@ -225,6 +225,22 @@ async def _plan_array(
     return array
 
 
+def _check_apart(reader: Store, store: Store) -> None:
+    """``ConversionError`` when source and destination are one place, or one holds the
+    other (a rerun would walk the copy as part of the source, or the reverse)."""
+    if reader is store:
+        raise ConversionError("the destination is the source; leave out `to` to convert in place")
+    if reader.url is None or store.url is None:
+        return
+    src, dst = reader.url.rstrip("/") + "/", store.url.rstrip("/") + "/"
+    if src == dst:
+        raise ConversionError("the destination is the source; leave out `to` to convert in place")
+    if dst.startswith(src) or src.startswith(dst):
+        raise ConversionError(
+            f"{store.url} and {reader.url} lie inside one another; convert to a location apart"
+        )
+
+
 async def copy_store(
     source: StoreLocation,
     to: StoreLocation,
@@ -246,10 +262,7 @@ async def copy_store(
         opened(source, run.pop("storage_options", None)) as reader,
         opened(to, to_storage_options) as store,
     ):
-        if reader is store or (reader.url is not None and reader.url == store.url):
-            raise ConversionError(
-                "the destination is the source; leave out `to` to convert in place"
-            )
+        _check_apart(reader, store)
         plan = await plan_copy(reader, store, request, arrays, run)
 
         async def nodes(_: Store) -> AsyncIterator[CopiedArray | ArrayReport]:
