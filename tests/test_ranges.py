@@ -9,7 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidRangeError
-from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, parse_range, resolve
+from asyncshard.ranges import (
+    MAX_OVERFETCH,
+    OVERFETCH_SLACK,
+    ByteRange,
+    Offset,
+    Range,
+    Suffix,
+    coalesce,
+    parse_range,
+    resolve,
+)
 
 ranges_st = st.builds(lambda a, n: Range(a, a + n), st.integers(0, 10_000), st.integers(0, 2_000))
 
@@ -78,8 +88,31 @@ def test_planner_invariants(ranges: list[Range], max_gap: int, max_request: int)
             assert (req.start, req.end) == (only.start, only.end)
     starts = [r.start for r in plan]
     assert starts == sorted(starts)
+    for req in plan:  # what is sent beyond what is wanted stays bounded
+        covered = set().union(*(range(ranges[m].start, ranges[m].end) for m in req.members))
+        assert req.wanted == len(covered)
+        assert req.end - req.start - req.wanted <= max(MAX_OVERFETCH * req.wanted, OVERFETCH_SLACK)
     for a, b in itertools.pairwise(plan):  # neighbours that stayed apart had a reason to
-        assert b.start - a.end > max_gap or max(a.end, b.end) - a.start > max_request
+        first = ranges[b.members[0]]
+        end = max(a.end, first.end)
+        wanted = a.wanted + max(0, first.end - max(first.start, a.end))
+        assert (
+            first.start - a.end > max_gap
+            or end - a.start > max_request
+            or end - a.start - wanted > max(MAX_OVERFETCH * wanted, OVERFETCH_SLACK)
+        )
+
+
+def test_sparse_small_ranges_are_not_merged_into_whole_shards() -> None:
+    """4 KiB chunks 64 KiB apart under a 256 KiB gap: merging would send 17x the bytes."""
+    sparse = [Range(i * 65536, i * 65536 + 4096) for i in range(16)]
+    plan = coalesce(sparse, max_gap=256 * 1024, max_request=16 * 2**20)
+    assert len(plan) == 16
+    dense = [Range(i * 5000, i * 5000 + 4096) for i in range(16)]  # 904-byte gaps
+    [one] = coalesce(dense, max_gap=256 * 1024, max_request=16 * 2**20)
+    assert one.wanted == 16 * 4096 and one.end - one.start <= 1.5 * one.wanted
+    tiny = [Range(0, 10), Range(20, 30), Range(40, 50)]  # within the slack: one request
+    assert len(coalesce(tiny, max_gap=100, max_request=1000)) == 1
 
 
 @given(

@@ -83,38 +83,57 @@ def parse_range(text: str) -> ByteRange:
         ) from None
 
 
+#: A merged request may fetch this fraction of the bytes its ranges want on top of them
+#: (their gaps): at most 1.5x what is needed is sent.
+MAX_OVERFETCH = 0.5
+#: ... or this many bytes of gaps, however little is wanted (one page: tiny ranges a few
+#: bytes apart still share a request).
+OVERFETCH_SLACK = 4096
+
+
 @dataclass(slots=True)
 class Coalesced:
-    """One coalesced request ``[start, end)`` serving the input ranges ``members``."""
+    """One coalesced request ``[start, end)`` serving the input ranges ``members``;
+    ``wanted``: the bytes its members cover (overlaps counted once)."""
 
     start: int
     end: int
     members: list[int] = field(default_factory=list)
+    wanted: int = 0
 
 
-def coalesce(ranges: Sequence[Range], *, max_gap: int, max_request: int) -> list[Coalesced]:
+def coalesce(
+    ranges: Sequence[Range],
+    *,
+    max_gap: int,
+    max_request: int,
+    max_overfetch: float = MAX_OVERFETCH,
+    slack: int = OVERFETCH_SLACK,
+) -> list[Coalesced]:
     """Merge ``ranges`` into as few requests as the caps allow.
 
     Two neighbouring ranges (after sorting by start) share a request when the gap between
     them is at most ``max_gap`` bytes (overlapping and duplicate ranges have a negative or
-    zero gap) and the merged request stays within ``max_request`` bytes. A single range
-    longer than ``max_request`` is sent alone and never split. Members are indices into
-    ``ranges``; requests come back sorted by start.
+    zero gap), the merged request stays within ``max_request`` bytes, and the bytes it
+    fetches beyond those wanted stay within ``max_overfetch`` times the bytes wanted (or
+    ``slack`` bytes): a fixed gap alone would read whole shards for a few small chunks
+    spread over them. A single range longer than ``max_request`` is sent alone and never
+    split. Members are indices into ``ranges``; requests come back sorted by start.
     """
-    if max_gap < 0 or max_request <= 0:
-        raise ValueError("max_gap must be >= 0 and max_request > 0")
+    if max_gap < 0 or max_request <= 0 or max_overfetch < 0 or slack < 0:
+        raise ValueError("max_gap, max_overfetch, slack must be >= 0 and max_request > 0")
     order = sorted(range(len(ranges)), key=lambda i: (ranges[i].start, ranges[i].end))
     requests: list[Coalesced] = []
     for i in order:
         r = ranges[i]
         last = requests[-1] if requests else None
-        if (
-            last is not None
-            and r.start - last.end <= max_gap
-            and max(last.end, r.end) - last.start <= max_request
-        ):
-            last.end = max(last.end, r.end)
-            last.members.append(i)
-        else:
-            requests.append(Coalesced(r.start, r.end, [i]))
+        if last is not None and r.start - last.end <= max_gap:
+            end = max(last.end, r.end)
+            wanted = last.wanted + max(0, r.end - max(r.start, last.end))
+            waste = end - last.start - wanted
+            if end - last.start <= max_request and waste <= max(max_overfetch * wanted, slack):
+                last.end, last.wanted = end, wanted
+                last.members.append(i)
+                continue
+        requests.append(Coalesced(r.start, r.end, [i], max(0, r.end - r.start)))
     return requests
