@@ -171,3 +171,26 @@ def test_untranslatable_dtype_fails_before_writing(tmp_path: Path) -> None:
         shard_store(source, 2, to=tmp_path / "dst")
     assert not (tmp_path / "dst").exists()
     assert tree_digest(source) == before
+
+
+async def test_the_walk_never_lists_an_array_folder(tmp_path: Path) -> None:
+    """v2 chunk keys (``0.0``) sit in the array's own folder: the walk reads metadata
+    objects to know an array, and lists only the group folders."""
+    import zarr
+
+    from asyncshard.backends import LocalStore
+    from asyncshard.convert.hierarchy import walk_hierarchy
+
+    root = zarr.open_group(str(tmp_path), mode="w", zarr_format=2)
+    for name in ("a", "b/c"):
+        arr = root.create_array(name, shape=(64, 64), chunks=(4, 4), dtype="u1")
+        arr[...] = 1  # 256 chunk objects each, next to .zarray
+    store = LocalStore(tmp_path)
+    nodes = await walk_hierarchy(store)
+    assert [(n.path, n.kind, n.zarr_format) for n in nodes] == [
+        ("", "group", 2),
+        ("a", "array", 2),
+        ("b", "group", 2),
+        ("b/c", "array", 2),
+    ]
+    assert store.stats.requests["list"] == 2  # the root and b: never a or b/c

@@ -1,12 +1,14 @@
 """Walking a Zarr hierarchy of either format: its groups and arrays, v2 or v3.
 
-Folders are listed with ``list_dir``; a folder holding ``zarr.json`` (v3) or
-``.zarray``/``.zgroup`` (v2) is a node. The walk does not descend into arrays, so chunk
-folders are never listed.
+A folder holding ``zarr.json`` (v3) or ``.zarray``/``.zgroup`` (v2) is a node; its
+metadata is read directly, and only folders that are not arrays are listed (with
+``list_dir``), so chunk keys are never listed, even a v2 array's ``0.0.0`` keys that
+sit in the array's own folder.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,24 +55,21 @@ def _attributes(doc: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     return attrs
 
 
-async def _node(store: Store, prefix: str, keys: set[str]) -> HierarchyNode | None:
+async def _node(store: Store, prefix: str) -> HierarchyNode | None:
+    """The node whose folder is ``prefix``, from its metadata objects (read at once, so
+    that an array's folder, which may hold millions of v2 chunk keys, is never listed)."""
     path = prefix.rstrip("/")
-    if prefix + V3_META in keys:
-        doc = await _json(store, prefix + V3_META)
-        assert doc is not None
-        kind = doc.get("node_type")
-        if doc.get("zarr_format") != 3 or kind not in ("group", "array"):
+    names = (V3_META, V2_ARRAY, V2_GROUP, V2_ATTRS)
+    v3, array, group, attrs = await asyncio.gather(*(_json(store, prefix + n) for n in names))
+    if v3 is not None:
+        kind = v3.get("node_type")
+        if v3.get("zarr_format") != 3 or kind not in ("group", "array"):
             raise InvalidMetadataError(f"{prefix}{V3_META}: neither a v3 group nor array")
-        attrs = _attributes(doc.get("attributes"), prefix + V3_META)
-        return HierarchyNode(path, kind, 3, doc, attrs)
-    for name, kind in ((V2_ARRAY, "array"), (V2_GROUP, "group")):
-        if prefix + name in keys:
-            meta = await _json(store, prefix + name)
-            assert meta is not None
-            attrs_key = prefix + V2_ATTRS
-            found = await _json(store, attrs_key) if attrs_key in keys else None
-            node_kind: Literal["group", "array"] = "array" if kind == "array" else "group"
-            return HierarchyNode(path, node_kind, 2, meta, _attributes(found, attrs_key))
+        return HierarchyNode(path, kind, 3, v3, _attributes(v3.get("attributes"), prefix + V3_META))
+    if array is not None:
+        return HierarchyNode(path, "array", 2, array, _attributes(attrs, prefix + V2_ATTRS))
+    if group is not None:
+        return HierarchyNode(path, "group", 2, group, _attributes(attrs, prefix + V2_ATTRS))
     return None
 
 
@@ -78,17 +77,18 @@ async def walk_hierarchy(
     store: Store, formats: frozenset[int] = frozenset({2, 3})
 ) -> list[HierarchyNode]:
     """Every group and array of the hierarchy in ``store`` of the Zarr ``formats``, in
-    depth-first order (a group before what it holds)."""
+    depth-first order (a group before what it holds). Each folder costs its metadata
+    reads (sent together) and, unless it is an array, one ``list_dir``."""
     found: list[HierarchyNode] = []
 
     async def walk(prefix: str) -> None:
-        keys, prefixes = await store.list_dir(prefix)
-        node = await _node(store, prefix, set(keys))
+        node = await _node(store, prefix)
         if node is not None:
             if node.zarr_format in formats:
                 found.append(node)
             if node.kind == "array":
                 return
+        _, prefixes = await store.list_dir(prefix)
         for child in sorted(prefixes):
             await walk(child)
 
