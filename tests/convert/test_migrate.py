@@ -222,3 +222,24 @@ def test_on_dask(
     )
     assert summary.chunks_moved > 0
     assert_same_arrays(source, dest)
+
+
+def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from asyncshard.cli import cli
+
+    source, _ = image_04
+    dest = tmp_path / "out.zarr"
+    runner = CliRunner()
+    done = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--json", "-q"])
+    assert done.exit_code == 0, done.output
+    assert len(json.loads(done.stdout)["arrays_changed"]) == 6
+    refused = runner.invoke(
+        cli, ["shard", str(source), "2", "--to", str(dest), "--to-option", "x=1"]
+    )
+    assert refused.exit_code == 1 and "UnknownOptionError" in refused.output
+    usage = runner.invoke(cli, ["shard", str(source), "2", "--to-option", "x=1"])
+    assert usage.exit_code == 2 and "need --to DEST" in usage.output
+    usage = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--rebuild-manifest"])
+    assert usage.exit_code == 2 and "in-place" in usage.output
