@@ -24,10 +24,15 @@ CHANNELS = {
 
 
 def write_image_04(
-    path: Path, shape: tuple[int, int, int, int] = (2, 16, 64, 64)
+    path: Path,
+    shape: tuple[int, ...] = (2, 16, 64, 64),
+    chunks: tuple[int, ...] = (1, 8, 32, 32),
+    *,
+    labels: bool = True,
 ) -> np.ndarray[Any, Any]:
-    """An image pyramid (c, z, y, x; uint16; 3 levels) with ``omero`` and a ``cells``
-    label pyramid, as ome-zarr-py writes OME-Zarr 0.4; returns level 0."""
+    """An image pyramid (c, z, y, x; uint16; 3 levels; ``chunks``) with ``omero`` and,
+    with ``labels``, a ``cells`` label pyramid, as ome-zarr-py writes OME-Zarr 0.4;
+    returns level 0."""
     import zarr
     from ome_zarr.format import FormatV04
     from ome_zarr.writer import write_image, write_labels
@@ -42,19 +47,20 @@ def write_image_04(
         fmt=FormatV04(),
         scaler=None,
         scale_factors=[2, 4],
-        storage_options={"chunks": (1, 8, 32, 32)},
+        storage_options={"chunks": chunks},
     )
     root.attrs["omero"] = CHANNELS
-    labels = (data[0] > 500).astype(np.uint8)
+    if not labels:
+        return data
     write_labels(
-        labels,
+        (data[0] > 500).astype(np.uint8),
         root,
         name="cells",
         axes="zyx",
         fmt=FormatV04(),
         scaler=None,
         scale_factors=[2, 4],
-        storage_options={"chunks": (8, 32, 32)},
+        storage_options={"chunks": chunks[1:]},
         label_metadata={"colors": [{"label-value": 1, "rgba": [255, 0, 0, 255]}]},
     )
     return data
