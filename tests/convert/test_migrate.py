@@ -136,6 +136,9 @@ def test_checks_come_before_any_write(
     with pytest.raises(ConversionError, match="inside one another"):
         shard_store(source, 2, to=source / "sharded")
     assert not (source / "sharded").exists()
+    (tmp_path / "link").symlink_to(source)
+    with pytest.raises(ConversionError, match="inside one another"):
+        shard_store(source, 2, to=tmp_path / "link" / "sharded")
     with pytest.raises(ConversionError, match="--to DEST"):
         shard_store(source, 2)  # v2 is never converted in place
     with pytest.raises(NothingToConvertError):
@@ -243,3 +246,77 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
     assert usage.exit_code == 2 and "need --to DEST" in usage.output
     usage = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--rebuild-manifest"])
     assert usage.exit_code == 2 and "in-place" in usage.output
+
+
+def test_bioformats2raw_layout(tmp_path: Path) -> None:
+    """The layout's root and OME group move under ``ome``; METADATA.ome.xml is copied."""
+    import zarr
+    from ome_zarr_models.v05.image import Image
+
+    source = tmp_path / "layout.zarr"
+    write_image_04(source / "0", labels=False)
+    root = zarr.open_group(str(source), mode="a", zarr_format=2)
+    root.attrs["bioformats2raw.layout"] = 3
+    meta = root.require_group("OME")
+    meta.attrs["series"] = ["0"]
+    (source / "OME" / "METADATA.ome.xml").write_text("<OME/>")
+    dest = tmp_path / "layout.ome.zarr"
+    shard_store(source, "auto", to=dest)
+    assert _doc(dest)["attributes"] == {"ome": {"version": "0.5", "bioformats2raw.layout": 3}}
+    assert _doc(dest / "OME")["attributes"] == {"ome": {"version": "0.5", "series": ["0"]}}
+    assert (dest / "OME" / "METADATA.ome.xml").read_text() == "<OME/>"
+    Image.from_zarr(zarr.open_group(str(dest / "0"), mode="r"))
+
+
+def test_plain_groups_keep_attributes_with_ome_names(tmp_path: Path) -> None:
+    import zarr
+
+    source = tmp_path / "plain.zarr"
+    root = zarr.open_group(str(source), mode="w", zarr_format=2)
+    root.create_array("a", shape=(4,), chunks=(2,), dtype="u1")
+    root.attrs.update({"labels": ["cat", "dog"], "well": "A1"})
+    shard_store(source, 2, to=tmp_path / "out")
+    assert _doc(tmp_path / "out")["attributes"] == {"labels": ["cat", "dog"], "well": "A1"}
+
+
+def test_unknown_v2_codec_and_stray_objects_fail_before_writing(tmp_path: Path) -> None:
+    import zarr
+
+    source = tmp_path / "src.zarr"
+    root = zarr.open_group(str(source), mode="w", zarr_format=2)
+    root.create_array("a", shape=(4,), chunks=(2,), dtype="u1")[...] = 1
+    root.create_array("b", shape=(4,), chunks=(2,), dtype="u1")[...] = 2
+    zarray = json.loads((source / "b" / ".zarray").read_text())
+    zarray["compressor"] = {"id": "no-such-codec"}
+    (source / "b" / ".zarray").write_text(json.dumps(zarray))
+    dest = tmp_path / "dst.zarr"
+    with pytest.raises(InvalidMetadataError, match="array b: its v2 codecs cannot be decoded"):
+        shard_store(source, 2, to=dest)
+    assert not dest.exists()
+
+    (source / "b" / ".zarray").write_text(json.dumps({**zarray, "compressor": None}))
+    (dest / "b" / "c").mkdir(parents=True)
+    (dest / "b" / "c" / "9").write_bytes(b"someone else's")
+    with pytest.raises(ConversionError, match="no conversion journal accounts for it"):
+        shard_store(source, 2, to=dest)
+    assert sorted(p.name for p in dest.rglob("*") if p.is_file()) == ["9"]
+
+
+def test_a_runner_that_ignores_the_source_cannot_switch(
+    image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
+) -> None:
+    """A custom runner written before Job.source read nothing: the copy refuses to
+    switch rather than publish arrays of fill values."""
+    from asyncshard.convert.runner import Job, run_tasks
+
+    class OldRunner:
+        async def run(self, job: Job) -> None:
+            await run_tasks(job.spec.executor(job.store), job.tasks, job.on_result, 4)
+
+    source, _ = image_04
+    dest = tmp_path / "out.zarr"
+    with pytest.raises(ConversionError, match="source chunks reached the destination"):
+        shard_store(source, 2, to=dest, runner=OldRunner())
+    assert not list(dest.rglob("zarr.json"))
+    shard_store(source, 2, to=dest)  # a normal rerun finishes it
+    assert_same_arrays(source, dest)

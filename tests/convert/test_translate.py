@@ -77,6 +77,9 @@ def test_other_data_types_are_refused(dtype: Any) -> None:
         (None, "bool", False),
         (None, "complex64", [0.0, 0.0]),
         ("NaN", "float64", "NaN"),
+        (float("nan"), "float32", "NaN"),  # json.loads reads a bare NaN token
+        (float("-inf"), "float32", "-Infinity"),
+        (float("inf"), "float64", "Infinity"),
         (3.0, "int16", 3),
         (1, "bool", True),
         ([1.0, 2.0], "complex64", [1.0, 2.0]),
@@ -136,9 +139,30 @@ def test_ome_0_4_to_0_5() -> None:
     [
         {"multiscales": [{"version": "0.3", "axes": ["y", "x"], "datasets": []}]},
         {"multiscales": {"version": "0.4"}},
-        {"plate": [], "multiscales": []},
+        {"plate": [], "multiscales": [{"version": "0.4", "axes": [], "datasets": []}]},
+        {"well": {"version": "0.4", "images": []}, "ome": "mine"},
     ],
 )
 def test_ome_refused(attrs: dict[str, Any]) -> None:
     with pytest.raises(InvalidMetadataError):
         ome.to_v05(attrs, "img")
+
+
+def test_plain_attributes_with_ome_names_are_left_alone() -> None:
+    for attrs in ({"labels": ["cat", "dog"]}, {"well": "A1"}, {"multiscales": [], "ome": 3}):
+        assert not ome.is_ome(attrs)
+        assert ome.to_v05(attrs, "g") == attrs
+
+
+def test_roles_under_ome_parents() -> None:
+    image = {"multiscales": [{"version": "0.4", "axes": [], "datasets": []}]}
+    assert ome.role_of("labels", image) == "labels"
+    assert ome.role_of("labels", {"labels": ["x"]}) is None  # the parent is no image
+    labels = ome.to_v05({"labels": ["cells"]}, "img/labels", "labels")
+    assert labels == {"ome": {"version": "0.5", "labels": ["cells"]}}
+    layout = {"bioformats2raw.layout": 3}
+    assert ome.role_of("OME", layout) == "series" and ome.role_of("0", layout) is None
+    assert ome.to_v05(layout) == {"ome": {"version": "0.5", "bioformats2raw.layout": 3}}
+    series = ome.to_v05({"series": ["0"]}, "OME", "series")
+    assert series == {"ome": {"version": "0.5", "series": ["0"]}}
+    assert ome.to_v05({"series": ["0"]}, "elsewhere") == {"series": ["0"]}

@@ -170,3 +170,50 @@ async def test_precomputed_repair_from_the_unsharded_original(tmp_path: Path) ->
 def test_from_flags_need_from(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["repair", str(tmp_path), "--from-option", "a=b"])
     assert result.exit_code == 2 and "need --from SOURCE" in result.output
+
+
+def test_decode_refuses_data_types_of_unknown_size() -> None:
+    from asyncshard.formats.zarr3.codecs import decoded_size
+
+    assert decoded_size("complex64", (4, 4)) == 128
+    for name in ("float8_e4m3fn", "int4", "string", None):
+        with pytest.raises(InvalidMetadataError, match="--decode checks"):
+            decoded_size(name, (4, 4))
+
+
+def test_a_decompression_bomb_is_refused_before_decoding() -> None:
+    import numcodecs
+
+    from asyncshard.errors import CorruptShardError
+    from asyncshard.formats.zarr3.codecs import chunk_check
+
+    codecs = [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 3}}]
+    check = chunk_check(codecs, 1024)
+    check(numcodecs.Zstd().encode(bytes(1024)))
+    with pytest.raises(CorruptShardError, match="declares 1073741824 bytes"):
+        check(numcodecs.Zstd().encode(bytes(2**30)))
+    blosc = chunk_check([{"name": "bytes"}, {"name": "blosc"}], 1024)
+    with pytest.raises(CorruptShardError, match="declares"):
+        blosc(numcodecs.Blosc().encode(bytes(2**20)))
+
+
+async def test_restored_is_reported_only_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numcodecs
+
+    import asyncshard.integrity.scan as scan
+    from asyncshard.errors import ConflictError
+
+    source, dest, _ = await _sharded_from_v2(tmp_path, numcodecs.Zstd(level=3))
+    path = _first_shard(dest)
+    path.write_bytes(path.read_bytes()[:-30])
+
+    async def conflict(*args: Any, **kwargs: Any) -> Any:
+        raise ConflictError("another writer")
+
+    monkeypatch.setattr(scan, "replace_shard", conflict)
+    report = await repair_async(dest, source=source)
+    [damaged] = report.damaged
+    assert damaged.action is not None and damaged.action.startswith("left alone")
+    assert damaged.restored == []

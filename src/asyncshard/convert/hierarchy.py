@@ -14,13 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from asyncshard.convert.journal import JOURNAL_NAME
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.store import Store
 
-__all__ = ["HierarchyNode", "walk_hierarchy"]
+__all__ = ["HierarchyNode", "read_node", "walk_hierarchy"]
 
 V3_META = "zarr.json"
 V2_ARRAY, V2_GROUP, V2_ATTRS = ".zarray", ".zgroup", ".zattrs"
+#: The metadata objects of a group folder (consolidated metadata and conversion journals
+#: included): not "other files".
+_OWN = frozenset({V3_META, V2_GROUP, V2_ATTRS, ".zmetadata", JOURNAL_NAME})
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class HierarchyNode:
     zarr_format: Literal[2, 3]
     meta: dict[str, Any]
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: Keys of the other objects in a group's folder (not its metadata, not subfolders).
+    files: list[str] = field(default_factory=list)
 
 
 async def _json(store: Store, key: str) -> dict[str, Any] | None:
@@ -53,6 +59,12 @@ def _attributes(doc: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     if not isinstance(attrs, dict):
         raise InvalidMetadataError(f"{key}: attributes are not a JSON object")
     return attrs
+
+
+async def read_node(store: Store, path: str) -> HierarchyNode | None:
+    """The group or array at ``path`` (``None`` if there is none), without listing."""
+    path = path.strip("/")
+    return await _node(store, f"{path}/" if path else "")
 
 
 async def _node(store: Store, prefix: str) -> HierarchyNode | None:
@@ -88,7 +100,9 @@ async def walk_hierarchy(
                 found.append(node)
             if node.kind == "array":
                 return
-        _, prefixes = await store.list_dir(prefix)
+        keys, prefixes = await store.list_dir(prefix)
+        if node is not None:
+            node.files.extend(k for k in sorted(keys) if k[len(prefix) :] not in _OWN)
         for child in sorted(prefixes):
             await walk(child)
 

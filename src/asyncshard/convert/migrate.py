@@ -10,7 +10,8 @@ OME-Zarr 0.4 metadata migrated to 0.5.
   codecs have no v3 equivalent (:mod:`asyncshard.convert.recode`);
 * every group as a v3 group, its attributes carried over; OME-Zarr 0.4 attributes become
   0.5 (:mod:`asyncshard.formats.ome`) and the arrays of a multiscale get their axes as
-  ``dimension_names``.
+  ``dimension_names``; other files in a group's folder (bioformats2raw's
+  ``METADATA.ome.xml``) are copied as they are.
 
 Everything is checked before the first write: the source metadata translate, and
 ``dest`` holds nothing in the way. Arrays go through the same pipeline as an in-place
@@ -24,20 +25,23 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.api import fold_storage_options
 from asyncshard.convert.hierarchy import HierarchyNode, walk_hierarchy
-from asyncshard.convert.journal import normalize
+from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import encoding_json, read_layout
-from asyncshard.convert.pipeline import Doc, convert_nodes
+from asyncshard.convert.pipeline import Doc, Listing, convert_nodes
 from asyncshard.convert.plan import Request, normalize_shard_shape, resolve_target
+from asyncshard.convert.recode import recoder
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
-from asyncshard.convert.runner import PassSpec
+from asyncshard.convert.runner import PassSpec, Task
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.zarr_array import ZARR_OPTIONS, ZarrArray, ZarrOptions, array_prefix
 from asyncshard.errors import (
@@ -48,7 +52,7 @@ from asyncshard.errors import (
 )
 from asyncshard.formats import ome
 from asyncshard.formats.zarr2 import translate
-from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords
 from asyncshard.store import Store
 
 __all__ = ["CopiedArray", "copy_store"]
@@ -65,6 +69,7 @@ class CopiedArray(ZarrArray):
     source_doc: Doc = field(default_factory=dict)
     recode: dict[str, Any] | None = None
     recode_reason: str = ""
+    _expected: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -92,9 +97,22 @@ class CopiedArray(ZarrArray):
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         return PassSpec(ZarrExecutor, self.prefix, source, target, self.recode)
 
+    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[Coords]], int]:
+        tasks, ignored = super().plan(source, target, listing)
+        if not self.layout(source).sharded:  # every flat source chunk lands in a shard
+            self._expected = len(listing.objects) - ignored
+        return tasks, ignored
+
     async def switch(
         self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
     ) -> None:
+        moved = sum(r.nchunks for r in results)
+        if self._expected is not None and moved != self._expected:
+            raise ConversionError(
+                f"{self.path or '/'}: {moved} of {self._expected} source chunks reached "
+                "the destination (did the source change, or does a custom runner ignore "
+                "Job.source?); nothing was switched, run it again"
+            )
         await super().switch(store, target, results, report)
         if self.recode is not None:
             report.notes.append(f"chunks re-encoded ({self.recode_reason})")
@@ -106,6 +124,7 @@ class CopyPlan:
 
     arrays: list[CopiedArray | ArrayReport] = field(default_factory=list)
     groups: list[tuple[str, Doc]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
 
 def _array_source(
@@ -115,22 +134,29 @@ def _array_source(
     if node.zarr_format == 3:
         doc = copy.deepcopy(node.meta)
         if names is not None and len(names) == len(doc.get("shape", ())):
-            doc.setdefault("dimension_names", names)
+            doc["dimension_names"] = doc.get("dimension_names") or names
         return doc, None, ""
     translated = translate(node.meta, node.attributes, names)
     return translated.doc, translated.recode, translated.reason
 
 
-def _group_doc(node: HierarchyNode) -> Doc:
+def _group_doc(node: HierarchyNode, role: ome.Role | None) -> Doc:
+    attributes = ome.to_v05(node.attributes, node.path, role)
     if node.zarr_format == 3:
         doc = {k: copy.deepcopy(v) for k, v in node.meta.items() if k != "consolidated_metadata"}
-        doc["attributes"] = ome.to_v05(node.attributes, node.path)
+        doc["attributes"] = attributes
         return doc
-    return {
-        "zarr_format": 3,
-        "node_type": "group",
-        "attributes": ome.to_v05(node.attributes, node.path),
-    }
+    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+
+
+def _roles(nodes: Sequence[HierarchyNode]) -> dict[str, ome.Role | None]:
+    """What each group is to its OME parent (:func:`asyncshard.formats.ome.role_of`)."""
+    attributes = {n.path: n.attributes for n in nodes if n.kind == "group"}
+    roles: dict[str, ome.Role | None] = {}
+    for path in attributes:
+        parent, _, name = path.rpartition("/")
+        roles[path] = ome.role_of(name, attributes.get(parent)) if path else None
+    return roles
 
 
 async def _existing(store: Store, key: str) -> Doc | None:
@@ -159,15 +185,17 @@ async def plan_copy(
     if not any(n.kind == "array" for n in nodes):
         where = reader.url or repr(reader)
         raise NothingToConvertError(f"no Zarr array (v2 or v3) at {where}")
+    roles = _roles(nodes)
     names: dict[str, list[str]] = {}
     for node in nodes:
-        if node.kind == "group":
+        if node.kind == "group" and ome.is_ome(node.attributes, roles[node.path]):
             names.update(ome.dimension_names(node.attributes, node.path))
     wanted = None if arrays is None else {a.strip("/") for a in arrays}
     plan = CopyPlan()
     for node in nodes:
         if node.kind == "group":
-            plan.groups.append((node.path, _group_doc(node)))
+            plan.groups.append((node.path, _group_doc(node, roles[node.path])))
+            plan.files += node.files
             continue
         if wanted is not None and node.path not in wanted:
             plan.arrays.append(ArrayReport(node.path, "skipped", reason="not among --array"))
@@ -197,8 +225,14 @@ async def _plan_array(
     try:
         source_doc, recode, reason = _array_source(node, names)
         layout = read_layout(source_doc)
-    except InvalidMetadataError as exc:
-        raise InvalidMetadataError(f"array {node.path or '/'}: {exc}") from None
+        if recode is not None:
+            recoder(recode)  # every codec known before the first write
+    except (InvalidMetadataError, ConversionError) as exc:
+        raise type(exc)(f"array {node.path or '/'}: {exc}") from None
+    except Exception as exc:  # numcodecs: an unknown codec id or configuration
+        raise InvalidMetadataError(
+            f"array {node.path or '/'}: its v2 codecs cannot be decoded here ({exc})"
+        ) from None
     try:
         if request.shard_shape != "auto":
             normalize_shard_shape(request.shard_shape, layout.ndim)
@@ -222,20 +256,40 @@ async def _plan_array(
                 "convert into an empty location"
             )
         array.doc = found
+    elif await read_journal(store, array.prefix) is None:
+        async for key in store.list_prefix(array.prefix):
+            raise ConversionError(
+                f"the destination holds {key} and no conversion journal accounts for it; "
+                "convert into an empty location"
+            )
     return array
+
+
+def _place(store: Store) -> tuple[str, str] | None:
+    """Where a store's objects live: its server (endpoint) and its path there, with a
+    local folder's symbolic links resolved; ``None`` if the store has no URL."""
+    if store.url is None:
+        return None
+    parts = urlsplit(store.url)
+    if parts.scheme == "file":
+        return "", os.path.realpath(unquote(parts.path)).rstrip("/") + "/"
+    options = store.open_options
+    server = str(options.get("endpoint") or options.get("base_url") or "")
+    return server, store.url.rstrip("/") + "/"
 
 
 def _check_apart(reader: Store, store: Store) -> None:
     """``ConversionError`` when source and destination are one place, or one holds the
     other (a rerun would walk the copy as part of the source, or the reverse)."""
+    same = "the destination is the source; leave out `to` to convert in place"
     if reader is store:
-        raise ConversionError("the destination is the source; leave out `to` to convert in place")
-    if reader.url is None or store.url is None:
+        raise ConversionError(same)
+    src, dst = _place(reader), _place(store)
+    if src is None or dst is None or src[0] != dst[0]:
         return
-    src, dst = reader.url.rstrip("/") + "/", store.url.rstrip("/") + "/"
-    if src == dst:
-        raise ConversionError("the destination is the source; leave out `to` to convert in place")
-    if dst.startswith(src) or src.startswith(dst):
+    if src[1] == dst[1]:
+        raise ConversionError(same)
+    if dst[1].startswith(src[1]) or src[1].startswith(dst[1]):
         raise ConversionError(
             f"{store.url} and {reader.url} lie inside one another; convert to a location apart"
         )
@@ -256,6 +310,8 @@ async def copy_store(
     ``source``. ``manifest`` (default false here) adds ``nonempty_chunks``."""
     if request.shard_shape is None:
         raise ValueError("a conversion into another store shards: give a shard shape")
+    if options.get("rebuild_manifest"):
+        raise ValueError("rebuild_manifest applies to in-place conversions, not to `to`")
     run = cast(ZarrOptions, fold_storage_options(options, ZARR_OPTIONS))
     started = time.perf_counter()
     async with (
@@ -270,6 +326,10 @@ async def copy_store(
                 yield node
 
         summary = await convert_nodes(store, nodes, run, reader=reader)
+        for key in plan.files:  # other files of the groups (METADATA.ome.xml), as they are
+            data = await reader.get(key)
+            if data is not None and await store.head(key) is None:
+                await store.set(key, data)
         for path, doc in plan.groups:
             found = await _existing(store, array_prefix(path) + META)
             if found is None:

@@ -105,6 +105,11 @@ class Job:
     on_result: Callable[[TaskResult], None]
     source: Store | None = None
 
+    def executor(self) -> Executor:
+        """The executor of this job's tasks in this process (reading from ``source``):
+        what a custom runner calls."""
+        return self.spec.executor(self.store, self.source)
+
 
 class Runner(Protocol):
     """Runs every task of a pass."""
@@ -165,8 +170,7 @@ class AsyncioRunner:
         return f"AsyncioRunner(max_in_flight={self.max_in_flight})"
 
     async def run(self, job: Job) -> None:
-        executor = job.spec.executor(job.store, job.source)
-        await run_tasks(executor, job.tasks, job.on_result, self.max_in_flight)
+        await run_tasks(job.executor(), job.tasks, job.on_result, self.max_in_flight)
 
 
 @dataclass(frozen=True)

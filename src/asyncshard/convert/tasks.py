@@ -13,6 +13,7 @@ repacks and copies shards) and :class:`PrecomputedExecutor`.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
@@ -166,11 +167,17 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
-        recode = self.recode
-        return encode_shard(
-            {self.dst.grid.object_of(c)[1]: v if recode is None else recode(v) for c, v in chunks},
-            self.dst.index,
-        )
+        return encode_shard({self.dst.grid.object_of(c)[1]: v for c, v in chunks}, self.dst.index)
+
+    async def write_shard(
+        self, target: Coords, sources: Sequence[Coords], values: list[Data | None]
+    ) -> TaskResult:
+        if self.recode is not None:  # codec work off the event loop, in parallel
+            recode = self.recode
+            values = await asyncio.to_thread(
+                lambda: [None if v is None else recode(v) for v in values]
+            )
+        return await super().write_shard(target, sources, values)
 
     def split(self, source: Coords, key: str, shard: Data) -> list[tuple[Coords, BytesLike]]:
         src = self.src

@@ -117,7 +117,9 @@ def _real(value: object, v3_type: str) -> Any:
         if isinstance(value, float) and not value.is_integer():
             raise _bad(f"fill_value {value!r} for {v3_type}")
         return int(value)
-    return float(value) if math.isfinite(value) else str(value)
+    if math.isfinite(value):
+        return float(value)
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def _compressor(config: object, itemsize: int) -> dict[str, Any] | str | None:

@@ -15,14 +15,14 @@ this is checked before anything is read, and a mismatch is an ``InvalidMetadataE
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from asyncshard.buffers import BytesLike
-from asyncshard.convert.hierarchy import walk_hierarchy
+from asyncshard.convert.hierarchy import read_node
 from asyncshard.convert.journal import normalize
 from asyncshard.convert.layout import read_layout
 from asyncshard.convert.zarr_array import find_arrays
@@ -73,21 +73,26 @@ class Dataset:
             raise InvalidMetadataError(f"{self.name}: {exc}") from None
         return lambda stored, key, chunk: check(stored)
 
-    def possible_chunks(self, shard_key: str) -> list[Any]:
+    def possible_chunks(self, shard_key: str) -> Iterator[Any]:
         """Every chunk the shard ``shard_key`` can hold (the chunks a shard whose index is
-        unreadable may have lost)."""
+        unreadable may have lost); precomputed chunk ids are found slab by slab, so a
+        large scale's grid is never held whole."""
         adapter = self.adapter
         if isinstance(adapter, ZarrShardedStore):
             cps = adapter.layout.chunks_per_shard
             positions = itertools.product(*(range(n) for n in cps))
-            return [p for p in positions if adapter.format.chunk_key(shard_key, p) is not None]
+            yield from (p for p in positions if adapter.format.chunk_key(shard_key, p) is not None)
+            return
         scale = VolumeInfo.from_json(self.meta).scale(self.name)
         assert scale.sharding is not None
         number = scale.sharding.parse_shard_filename(shard_key.rsplit("/", 1)[-1])
-        grid = np.indices(scale.grid_shape).reshape(3, -1).T
-        ids = scale.chunk_ids(grid)
-        shards, _ = scale.sharding.shard_and_minishard(ids)
-        return [int(i) for i in ids[shards == number].tolist()]
+        gx, gy, gz = scale.grid_shape
+        for z in range(gz):  # one z slab of grid positions at a time
+            grid = np.indices((gx, gy, 1)).reshape(3, -1).T
+            grid[:, 2] = z
+            ids = scale.chunk_ids(grid)
+            shards, _ = scale.sharding.shard_and_minishard(ids)
+            yield from (int(i) for i in ids[shards == number].tolist())
 
 
 async def sharded_datasets(store: Store, datasets: Sequence[str] | None = None) -> list[Dataset]:
@@ -126,7 +131,7 @@ def _stored_form(doc: Mapping[str, Any]) -> Any:
 
 async def _zarr_restore(source: Store, dataset: Dataset) -> Restore:
     path = "" if dataset.name == "/" else dataset.name
-    node = next((n for n in await walk_hierarchy(source) if n.path == path), None)
+    node = await read_node(source, path)
     if node is None or node.kind != "array":
         raise InvalidMetadataError(f"--from: no Zarr array at {path or '/'} in the source")
     doc = node.meta if node.zarr_format == 3 else translate(node.meta, node.attributes).doc
@@ -158,11 +163,20 @@ async def _precomputed_restore(source: Store, dataset: Dataset) -> Restore:
         raise InvalidMetadataError("--from: the source has no precomputed info")
     mine, theirs = VolumeInfo.from_json(dataset.meta), VolumeInfo.from_json(info)
     a, b = mine.scale(dataset.name), theirs.scale(dataset.name)
-    same = (a.size, a.chunk_size, a.voxel_offset, a.encoding, mine.dtype, mine.num_channels) == (
+    same = (
+        a.size,
+        a.chunk_sizes,
+        a.voxel_offset,
+        a.encoding,
+        a.compressed_segmentation_block_size,
+        mine.dtype,
+        mine.num_channels,
+    ) == (
         b.size,
-        b.chunk_size,
+        b.chunk_sizes,
         b.voxel_offset,
         b.encoding,
+        b.compressed_segmentation_block_size,
         theirs.dtype,
         theirs.num_channels,
     )

@@ -111,22 +111,22 @@ async def _fix(
     health: ShardHealth[Any],
     current: ObjectMeta,
     restored: Mapping[Any, BytesLike],
-) -> str:
+) -> tuple[str, bool]:
     """Replace the damaged shard by its intact and ``restored`` chunks, only over the
-    version inspected."""
+    version inspected; return what was done and whether the shard was replaced."""
     fmt = adapter.format
     if current.version is None:
-        return "left alone: the store gives no version to write over conditionally"
+        return "left alone: the store gives no version to write over conditionally", False
     chunks = {**health.intact, **restored}
     new = fmt.build(key, chunks) if chunks else None
     try:
         kept, _ = await replace_shard(adapter.inner, key, new, current, fmt.empty_shard)
     except ConflictError:
-        return "left alone: the shard changed since it was inspected; verify it again"
+        return "left alone: the shard changed since it was inspected; verify it again", False
     if new is not None:
         extra = f" and {len(restored)} restored from the source" if restored else ""
-        return f"rewritten with {len(health.intact)} intact chunks{extra}"
-    return "emptied: no chunk was intact" if kept else "deleted: no chunk was intact"
+        return f"rewritten with {len(health.intact)} intact chunks{extra}", True
+    return ("emptied: no chunk was intact" if kept else "deleted: no chunk was intact"), True
 
 
 async def _scan(
@@ -175,12 +175,13 @@ async def _scan(
                         restored = {}
                         if restore is not None:
                             restored = await _restore(dataset, restore, check, key, health)
+                        if dry_run:
+                            damaged.action = "would be rewritten (dry run)"
+                            wrote = True
+                        else:
+                            damaged.action, wrote = await _fix(adapter, key, health, meta, restored)
+                        if wrote:  # restored only once they are in place (or would be)
                             damaged.restore(adapter.format, key, restored)
-                        damaged.action = (
-                            "would be rewritten (dry run)"
-                            if dry_run
-                            else await _fix(adapter, key, health, meta, restored)
-                        )
                     report.damaged.append(damaged)
             if on_shard is not None:
                 on_shard(key)

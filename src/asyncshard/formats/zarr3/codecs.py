@@ -3,7 +3,9 @@
 The codecs run backwards: ``crc32c`` (checked and stripped), ``gzip`` (stdlib zlib),
 ``zstd`` and ``blosc`` (numcodecs, which zarr-python brings); then the array-to-bytes
 ``bytes`` codec must be left with exactly the chunk's size (``transpose`` keeps it).
-Decompression stops one byte past that size, so no chunk can inflate memory beyond it.
+Decompression never goes far past that size: gzip stops one byte beyond it, and a
+blosc header or zstd frame header declaring more is refused before decoding (a zstd
+frame that declares no size, which numcodecs never writes, is decoded unbounded).
 A codec outside that list is an ``InvalidMetadataError`` when the checker is built,
 before any chunk is read: a check that cannot be made is not reported as passed.
 """
@@ -25,19 +27,35 @@ __all__ = ["ChunkCheck", "chunk_check", "decoded_size"]
 
 #: Raises a typed :class:`~asyncshard.errors.CorruptShardError` if a chunk does not decode.
 ChunkCheck = Callable[[BytesLike], None]
-_SIZES = {"bool": 1, "int8": 1, "uint8": 1}
+#: Bytes per element of the v3 data types whose chunks have a fixed decoded size.
+ITEM_SIZES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
+_BLOSC_HEADER = 16
+_ZSTD_MAGIC = 0xFD2FB528
 
 
 def decoded_size(data_type: object, chunk_shape: Sequence[int]) -> int:
-    """Bytes of a decoded chunk of a numeric ``data_type``."""
-    if not isinstance(data_type, str):
-        raise InvalidMetadataError(f"data_type {data_type!r}: --decode checks numeric types")
-    size = _SIZES.get(data_type)
+    """Bytes of a decoded chunk; ``InvalidMetadataError`` for a data type outside
+    :data:`ITEM_SIZES` (a size the check cannot know is not guessed)."""
+    size = ITEM_SIZES.get(data_type) if isinstance(data_type, str) else None
     if size is None:
-        digits = "".join(ch for ch in data_type if ch.isdigit())
-        if not digits or not data_type.startswith(("int", "uint", "float", "complex")):
-            raise InvalidMetadataError(f"data_type {data_type!r}: --decode checks numeric types")
-        size = int(digits) // 8
+        raise InvalidMetadataError(
+            f"data_type {data_type!r}: --decode checks {', '.join(ITEM_SIZES)}"
+        )
     return size * math.prod(chunk_shape)
 
 
@@ -78,10 +96,34 @@ def _gzip(data: bytes, limit: int) -> bytes:
     return out
 
 
+def _declared_size(name: str, data: bytes) -> int | None:
+    """The decoded size a blosc header or a zstd frame header declares (``None``: none),
+    read before decoding so that a chunk claiming more than its size is never inflated."""
+    if name == "blosc":
+        if len(data) < _BLOSC_HEADER:
+            raise CorruptShardError("blosc: shorter than its header")
+        return int.from_bytes(data[4:8], "little")
+    if len(data) < 6 or int.from_bytes(data[:4], "little") != _ZSTD_MAGIC:
+        raise CorruptShardError("zstd: no frame magic")
+    descriptor = data[4]
+    single = bool(descriptor & 0x20)
+    field = {0: 1 if single else 0, 1: 2, 2: 4, 3: 8}[descriptor >> 6]
+    if field == 0:
+        return None
+    start = 5 + (0 if single else 1) + {0: 0, 1: 1, 2: 2, 3: 4}[descriptor & 3]
+    raw = data[start : start + field]
+    if len(raw) < field:
+        raise CorruptShardError("zstd: frame header cut short")
+    return int.from_bytes(raw, "little") + (256 if field == 2 else 0)
+
+
 def _library(name: str) -> Callable[[bytes, int], bytes]:
     codec = getattr(_numcodecs(name), "Zstd" if name == "zstd" else "Blosc")()
 
     def run(data: bytes, limit: int) -> bytes:
+        declared = _declared_size(name, data)
+        if declared is not None and declared > limit:
+            raise CorruptShardError(f"{name}: declares {declared} bytes, more than {limit}")
         try:
             return bytes(codec.decode(data))
         except Exception as exc:  # numcodecs raises RuntimeError, ValueError, ...
