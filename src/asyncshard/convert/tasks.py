@@ -99,12 +99,18 @@ class ChunkMover(ABC, Generic[Obj]):
         return ()
 
     async def write_shard(
-        self, target: Obj, sources: Sequence[Obj], values: list[Data | None]
+        self,
+        target: Obj,
+        sources: Sequence[Obj],
+        values: list[Data | None],
+        nread: int | None = None,
     ) -> TaskResult:
-        """Build shard ``target`` from the ``values`` read for ``sources`` and write it."""
+        """Build shard ``target`` from the ``values`` read for ``sources`` and write it
+        (``nread``: the bytes read, when ``values`` are not those bytes)."""
         pairs = [(o, v) for o, v in zip(sources, values, strict=True) if v is not None]
         values.clear()
-        nread = sum(len(v) for _, v in pairs)
+        if nread is None:
+            nread = sum(len(v) for _, v in pairs)
         if not pairs:
             return TaskResult(0, 0, nread, 0)
         shard = self.build(target, pairs)
@@ -170,14 +176,19 @@ class ZarrExecutor(ChunkMover[Coords]):
         return encode_shard({self.dst.grid.object_of(c)[1]: v for c, v in chunks}, self.dst.index)
 
     async def write_shard(
-        self, target: Coords, sources: Sequence[Coords], values: list[Data | None]
+        self,
+        target: Coords,
+        sources: Sequence[Coords],
+        values: list[Data | None],
+        nread: int | None = None,
     ) -> TaskResult:
         if self.recode is not None:  # codec work off the event loop, in parallel
             recode = self.recode
+            nread = sum(len(v) for v in values if v is not None)
             values = await asyncio.to_thread(
                 lambda: [None if v is None else recode(v) for v in values]
             )
-        return await super().write_shard(target, sources, values)
+        return await super().write_shard(target, sources, values, nread)
 
     def split(self, source: Coords, key: str, shard: Data) -> list[tuple[Coords, BytesLike]]:
         src = self.src
