@@ -107,7 +107,7 @@ def coalesce(
     *,
     max_gap: int,
     max_request: int,
-    max_overfetch: float = MAX_OVERFETCH,
+    max_overfetch: float | None = MAX_OVERFETCH,
     slack: int = OVERFETCH_SLACK,
 ) -> list[Coalesced]:
     """Merge ``ranges`` into as few requests as the caps allow.
@@ -116,12 +116,16 @@ def coalesce(
     them is at most ``max_gap`` bytes (overlapping and duplicate ranges have a negative or
     zero gap), the merged request stays within ``max_request`` bytes, and the bytes it
     fetches beyond those wanted stay within ``max_overfetch`` times the bytes wanted (or
-    ``slack`` bytes): a fixed gap alone would read whole shards for a few small chunks
-    spread over them. A single range longer than ``max_request`` is sent alone and never
-    split. Members are indices into ``ranges``; requests come back sorted by start.
+    ``slack`` bytes; ``None``: no such bound): a fixed gap alone would read whole shards
+    for a few small chunks spread over them. A single range longer than ``max_request``
+    is sent alone and never split. Members are indices into ``ranges``; requests come
+    back sorted by start.
     """
-    if max_gap < 0 or max_request <= 0 or max_overfetch < 0 or slack < 0:
-        raise ValueError("max_gap, max_overfetch, slack must be >= 0 and max_request > 0")
+    if max_gap < 0 or max_request <= 0 or slack < 0:
+        raise ValueError("max_gap, slack must be >= 0 and max_request > 0")
+    if max_overfetch is not None and max_overfetch < 0:
+        raise ValueError("max_overfetch must be >= 0, or None for no bound")
+    ratio = float("inf") if max_overfetch is None else max_overfetch
     order = sorted(range(len(ranges)), key=lambda i: (ranges[i].start, ranges[i].end))
     requests: list[Coalesced] = []
     for i in order:
@@ -131,7 +135,7 @@ def coalesce(
             end = max(last.end, r.end)
             wanted = last.wanted + max(0, r.end - max(r.start, last.end))
             waste = end - last.start - wanted
-            if end - last.start <= max_request and waste <= max(max_overfetch * wanted, slack):
+            if end - last.start <= max_request and waste <= max(ratio * wanted, slack):
                 last.end, last.wanted = end, wanted
                 last.members.append(i)
                 continue

@@ -49,7 +49,7 @@ from asyncshard.objects import (
     check_condition,
     retry_on_conflict,
 )
-from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, resolve
+from asyncshard.ranges import MAX_OVERFETCH, ByteRange, Offset, Range, Suffix, coalesce, resolve
 
 __all__ = [
     "BytesLike",
@@ -112,11 +112,15 @@ class Store(ABC):
         max_gap: int = DEFAULT_MAX_GAP,
         max_request: int = DEFAULT_MAX_REQUEST,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_overfetch: float | None = MAX_OVERFETCH,
     ) -> None:
         if max_gap < 0 or max_request <= 0 or max_concurrency <= 0:
             raise ValueError("max_gap must be >= 0; max_request, max_concurrency > 0")
+        if max_overfetch is not None and not max_overfetch >= 0:
+            raise ValueError("max_overfetch must be >= 0, or None for no bound")
         self.max_gap = max_gap
         self.max_request = max_request
+        self.max_overfetch = max_overfetch
         self.max_concurrency = max_concurrency
         self.stats = StoreStats()
         self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -322,7 +326,9 @@ class Store(ABC):
     ) -> list[Data | None]:
         """Read many ``(key, range)`` pairs; results in input order, ``None`` if missing.
 
-        Bounded ranges of one key are coalesced (``max_gap``, ``max_request``); a whole
+        Bounded ranges of one key are coalesced (``max_gap``, ``max_request``,
+        ``max_overfetch``: a merged request fetches at most that fraction of its wanted
+        bytes again, or 4 KiB of gaps; ``None`` merges by the gap alone); a whole
         object request serves every range of its key; requests run concurrently up to
         ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
         """
@@ -358,7 +364,12 @@ class Store(ABC):
             for i, rng in members
             if isinstance(rng, (Offset, Suffix))
         ]
-        plan = coalesce([r for _, r in bounded], max_gap=self.max_gap, max_request=self.max_request)
+        plan = coalesce(
+            [r for _, r in bounded],
+            max_gap=self.max_gap,
+            max_request=self.max_request,
+            max_overfetch=self.max_overfetch,
+        )
         for req in plan:
             parts = [(bounded[m][0], bounded[m][1], req.start) for m in req.members]
             jobs.append(self._serve(key, Range(req.start, req.end), version, parts, out))

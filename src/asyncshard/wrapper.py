@@ -48,6 +48,7 @@ class WrapperStore(Store):
             max_gap=inner.max_gap,
             max_request=inner.max_request,
             max_concurrency=inner.max_concurrency,
+            max_overfetch=inner.max_overfetch,
         )
         self.inner = inner
 

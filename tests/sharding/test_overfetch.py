@@ -52,3 +52,31 @@ async def test_scattered_chunks_fetch_at_most_half_again(max_gap: int) -> None:
     assert sent <= 1.5 * needed
     data_requests = inner.stats.requests["get"] - shards
     assert data_requests < len(wanted)  # neighbours still share requests
+
+
+async def test_max_overfetch_none_merges_by_the_gap_alone() -> None:
+    """Where requests cost more than bytes (loopback, in-region), the bound can be lifted:
+    fewer, larger requests, as before the bound."""
+    from asyncshard import open_store
+    from asyncshard.backends.cloud import CloudStore
+    from asyncshard.ranges import Range
+
+    bounded, unbounded = MemoryStore(), MemoryStore(max_overfetch=None)
+    blob = bytes(range(256)) * 1024
+    ranges = [Range(i * 20_000, i * 20_000 + 100) for i in range(10)]
+    for store in (bounded, unbounded):
+        await store.set("k", blob)
+        store.stats.reset()
+        await store.get_partial_values([("k", r) for r in ranges])
+    assert bounded.stats.requests["get"] == 10 and unbounded.stats.requests["get"] == 1
+    assert unbounded.stats.bytes_fetched == 180_100
+
+    doc = array_doc([SHAPE] * 3, [SHARD] * 3, [CHUNK] * 3)
+    await unbounded.set("arr/zarr.json", json.dumps(doc).encode())
+    adapter = await ZarrShardedStore.open(unbounded, "arr")
+    assert adapter.max_overfetch is None  # wrappers take the wrapped store's caps
+    http = open_store("http://127.0.0.1:9/data/", max_overfetch=None)
+    assert isinstance(http, CloudStore) and http.max_overfetch is None
+    assert http.open_options["max_overfetch"] is None
+    with pytest.raises(ValueError, match="max_overfetch"):
+        MemoryStore(max_overfetch=-1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from asyncshard.ranges import ByteRange, resolve
 from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store, check_condition
@@ -15,7 +16,7 @@ _versions = itertools.count(1)
 class MemoryStore(Store):
     """Objects in a dict. Versions are process-unique counters; conditions are atomic."""
 
-    def __init__(self, **options: int) -> None:
+    def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._objects: dict[str, tuple[bytes, ObjectMeta]] = {}
 

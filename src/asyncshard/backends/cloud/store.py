@@ -37,7 +37,7 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.fanout import gather_settled
-from asyncshard.ranges import ByteRange, Offset, Range, Suffix, resolve
+from asyncshard.ranges import MAX_OVERFETCH, ByteRange, Offset, Range, Suffix, resolve
 from asyncshard.store import (
     DEFAULT_MAX_CONCURRENCY,
     BytesLike,
@@ -77,8 +77,9 @@ class CloudStore(Store):
     Args:
         url: ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``http(s)://host/path``
             or ``az://container/prefix`` (every scheme of ``CLOUD_SCHEMES``).
-        max_gap, max_request, max_concurrency: range coalescing caps and request
-            concurrency (defaults ``CLOUD_MAX_GAP``, ``CLOUD_MAX_REQUEST``).
+        max_gap, max_request, max_concurrency, max_overfetch: range coalescing caps and
+            request concurrency (defaults ``CLOUD_MAX_GAP``, ``CLOUD_MAX_REQUEST``; see
+            :class:`~asyncshard.store.Store`).
         allow_http: allow plain ``http://`` endpoints; by default allowed exactly when
             the URL or the configured endpoint/base URL is ``http://``.
         max_retries: retries per request (default 5); ``retry_config`` for the rest.
@@ -105,6 +106,7 @@ class CloudStore(Store):
         max_gap: int = _config.CLOUD_MAX_GAP,
         max_request: int = _config.CLOUD_MAX_REQUEST,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_overfetch: float | None = MAX_OVERFETCH,
         allow_http: bool | None = None,
         max_retries: int | None = None,
         timeout: float | str | timedelta | None = None,
@@ -121,7 +123,10 @@ class CloudStore(Store):
     ) -> None:
         try:
             super().__init__(
-                max_gap=max_gap, max_request=max_request, max_concurrency=max_concurrency
+                max_gap=max_gap,
+                max_request=max_request,
+                max_concurrency=max_concurrency,
+                max_overfetch=max_overfetch,
             )
         except ValueError as exc:
             raise StoreConfigError(f"{url!r}: {exc}") from exc
@@ -131,6 +136,7 @@ class CloudStore(Store):
             "max_gap": max_gap,
             "max_request": max_request,
             "max_concurrency": max_concurrency,
+            "max_overfetch": max_overfetch,
             "allow_http": allow_http,
             "max_retries": max_retries,
             "timeout": timeout,
@@ -145,7 +151,10 @@ class CloudStore(Store):
             "config": config,
             **backend_config,
         }
-        self._open_options = {k: v for k, v in given.items() if v is not None}
+        # None means "not given" except for max_overfetch, where it lifts the bound
+        self._open_options = {
+            k: v for k, v in given.items() if v is not None or k == "max_overfetch"
+        }
         self.kind = target.kind
         self.bucket = target.bucket
         self.prefix = target.prefix

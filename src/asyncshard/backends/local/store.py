@@ -40,7 +40,7 @@ class LocalStore(Store):
         inline_reads: read up to 1 MiB whose bytes are in the page cache on the event
             loop (Linux ``RWF_NOWAIT``: it never waits for the disk) instead of in a
             worker thread; ``False`` where even opening a file may be slow (NFS).
-        max_gap, max_request, max_concurrency: as for every Store.
+        max_gap, max_request, max_concurrency, max_overfetch: as for every Store.
     """
 
     def __init__(
@@ -51,7 +51,7 @@ class LocalStore(Store):
         must_exist: bool = False,
         temp_max_age: float | None = TEMP_MAX_AGE,
         inline_reads: bool = True,
-        **options: int,
+        **options: Any,
     ):
         super().__init__(**options)
         self._open_options: dict[str, Any] = {
