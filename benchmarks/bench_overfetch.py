@@ -59,7 +59,7 @@ import tensorstore as ts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmarks.nginx as nginx_module
-from benchmarks.common import sharding_codec
+from benchmarks.common import Timed, cpu_now, sharding_codec
 from benchmarks.nginx import Nginx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,12 +153,6 @@ class PeakMemory:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - self.maxrss
 
 
-def cpu_now() -> float:
-    """CPU seconds of every thread of this process."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def read_log(path: Path, offset: int) -> tuple[int, int, dict[str, int]]:
     """Requests (lines), body bytes and the count of each status of the log after ``offset``."""
     with path.open("rb") as f:
@@ -241,21 +235,10 @@ async def child(reader: str, url: str, log: Path, coords: list[Coords]) -> dict[
 
 
 @dataclass
-class Run:
-    chunks: int
-    seconds: float
-    cpu: float
+class Run(Timed):
     sent: int
     requests: int
     grown_kib: int
-
-    @property
-    def rate(self) -> float:
-        return self.chunks / self.seconds
-
-    @property
-    def cpu_ms(self) -> float:
-        return 1000 * self.cpu / self.chunks
 
     @property
     def needed(self) -> int:

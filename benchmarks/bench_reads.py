@@ -33,7 +33,6 @@ import asyncio
 import functools
 import os
 import random
-import resource
 import statistics
 import sys
 import tempfile
@@ -53,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asyncshard import open_store
 from asyncshard.cache import LoadingCache
 from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore
-from benchmarks.common import bounded, sharding_codec
+from benchmarks.common import Timed, bounded, cpu_now, sharding_codec
 from benchmarks.nginx import Nginx
 
 SHAPE = (512, 512, 256)
@@ -118,28 +117,12 @@ def sample(n: int, seed: int) -> list[Coords]:
 
 
 @dataclass
-class Run:
-    chunks: int
-    seconds: float
-    cpu: float
+class Run(Timed):
     requests: int
-
-    @property
-    def rate(self) -> float:
-        return self.chunks / self.seconds
-
-    @property
-    def cpu_ms(self) -> float:
-        return 1000 * self.cpu / self.chunks
 
     @property
     def per_chunk(self) -> float:
         return self.requests / self.chunks
-
-
-def cpu_now() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def measure(server: Nginx, n: int, work: Callable[[], Awaitable[object]]) -> Run:

@@ -5,8 +5,10 @@ credential chain is asked). nginx: ``nginx.py``."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +52,26 @@ def sharding_codec(chunk: int) -> dict[str, Any]:
     index = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
     config = {"chunk_shape": [chunk] * 3, "codecs": [{"name": "bytes"}], "index_codecs": index}
     return {"name": "sharding_indexed", "configuration": {**config, "index_location": "end"}}
+
+
+def cpu_now() -> float:
+    """CPU seconds of every thread of this process."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Timed:
+    """``chunks`` read in ``seconds`` of wall time and ``cpu`` seconds of CPU."""
+
+    chunks: int
+    seconds: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.chunks / self.seconds
+
+    @property
+    def cpu_ms(self) -> float:
+        return 1000 * self.cpu / self.chunks

@@ -9,13 +9,13 @@ sit in the array's own folder.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from asyncshard.convert.journal import JOURNAL_NAME
 from asyncshard.errors import InvalidMetadataError
+from asyncshard.sharding.common import read_json
 from asyncshard.store import Store
 
 __all__ = ["HierarchyNode", "read_node", "walk_hierarchy"]
@@ -41,19 +41,6 @@ class HierarchyNode:
     files: list[str] = field(default_factory=list)
 
 
-async def _json(store: Store, key: str) -> dict[str, Any] | None:
-    raw = await store.get(key)
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(bytes(raw))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidMetadataError(f"{key}: not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise InvalidMetadataError(f"{key}: not a JSON object")
-    return doc
-
-
 def _attributes(doc: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
     attrs = {} if doc is None else doc
     if not isinstance(attrs, dict):
@@ -72,7 +59,7 @@ async def _node(store: Store, prefix: str) -> HierarchyNode | None:
     that an array's folder, which may hold millions of v2 chunk keys, is never listed)."""
     path = prefix.rstrip("/")
     names = (V3_META, V2_ARRAY, V2_GROUP, V2_ATTRS)
-    v3, array, group, attrs = await asyncio.gather(*(_json(store, prefix + n) for n in names))
+    v3, array, group, attrs = await asyncio.gather(*(read_json(store, prefix + n) for n in names))
     if v3 is not None:
         kind = v3.get("node_type")
         if v3.get("zarr_format") != 3 or kind not in ("group", "array"):

@@ -24,7 +24,6 @@ deepest first, so ``dest``'s root metadata appears when the whole hierarchy is t
 from __future__ import annotations
 
 import copy
-import json
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -37,7 +36,7 @@ from asyncshard.convert.api import fold_storage_options
 from asyncshard.convert.hierarchy import HierarchyNode, walk_hierarchy
 from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import encoding_json, read_layout
-from asyncshard.convert.pipeline import Doc, Listing, convert_nodes
+from asyncshard.convert.pipeline import Doc, Listing, convert_nodes, write_json
 from asyncshard.convert.plan import Request, normalize_shard_shape, resolve_target
 from asyncshard.convert.recode import recoder
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
@@ -53,6 +52,7 @@ from asyncshard.errors import (
 from asyncshard.formats import ome
 from asyncshard.formats.zarr2 import translate
 from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords
+from asyncshard.sharding.common import read_json
 from asyncshard.store import Store
 
 __all__ = ["CopiedArray", "copy_store"]
@@ -160,16 +160,11 @@ def _roles(nodes: Sequence[HierarchyNode]) -> dict[str, ome.Role | None]:
 
 
 async def _existing(store: Store, key: str) -> Doc | None:
-    raw = await store.get(key)
-    if raw is None:
-        return None
+    """A metadata document already in the destination (``None``: none)."""
     try:
-        doc = json.loads(bytes(raw))
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise ConversionError(f"the destination holds {key}, which is not a JSON object")
-    return doc
+        return await read_json(store, key)
+    except InvalidMetadataError:
+        raise ConversionError(f"the destination holds {key}, which is not a JSON object") from None
 
 
 async def plan_copy(
@@ -333,6 +328,6 @@ async def copy_store(
         for path, doc in plan.groups:
             found = await _existing(store, array_prefix(path) + META)
             if found is None:
-                await store.set(array_prefix(path) + META, json.dumps(doc, indent=2).encode())
+                await write_json(store, array_prefix(path) + META, doc, None)
     summary.seconds = time.perf_counter() - started
     return summary
