@@ -7,8 +7,9 @@ rounds, median kept; every result is read back and checked before it counts):
 * **zarr** — a flat uint8 Zarr v3 array, ``--size``^3 with uncompressed ``--chunk``^3
   chunks (default 512^3 / 32^3: 4,096 objects, 134 MB):
 
-  * shard into ``--shard``^3-chunk shards: asyncshard ``shard_store`` (in place) vs
-    tensorstore copying the array into a sharded array;
+  * shard into ``--shard``^3-chunk shards: asyncshard ``shard_store`` (in place: it
+    also deletes the 4,096 old objects) and ``shard_store(..., to=...)`` (a sharded
+    copy, like tensorstore's) vs tensorstore copying the array into a sharded array;
   * unshard the sharded array: asyncshard ``unshard_store`` vs tensorstore's copy;
   * reshard ``--shard`` -> ``--reshard``: asyncshard ``reshard`` (keys kept: two
     passes; and ``separator="/"``: one pass) vs tensorstore's copy;
@@ -159,6 +160,9 @@ def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
         what = job.removeprefix("asyncshard-")
         if what == "shard":
             coro = lambda: shard_store_async(src, args["shard"], **options)  # noqa: E731
+        elif what == "shard-to":  # a sharded copy: the source stays (no deletes)
+            to = {"to": dst, "to_storage_options": storage}
+            coro = lambda: shard_store_async(src, args["shard"], **to, **options)  # noqa: E731
         elif what == "unshard":
             coro = lambda: unshard_store_async(src, **options)  # noqa: E731
         elif what == "reshard":
@@ -338,7 +342,7 @@ class Bench:
         out, _ = spawn(argv, self.env)
         job.results.setdefault(tool, Result()).runs.append(out)
         if tool != "cp -r":
-            out = "-out" if "tensorstore" in tool else ""
+            out = "-out" if "tensorstore" in tool or "--to" in tool else ""
             try:
                 job.check(scratch.with_name(scratch.name + out), url + out)
             except Exception as exc:
@@ -498,13 +502,15 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
                     job, src=prepare(scratch), shard=shard, storage=ranged
                 )
 
-            def theirs(
-                prepare: Any = prepare, shard: Any = shard, ranged: Any = ranged
+            def copying(
+                prepare: Any, shard: Any, ranged: Any, job: str = "tensorstore"
             ) -> Callable[[Path], list[str]]:
+                """A tool that writes the result next to the input (``-out``)."""
+
                 def argv(scratch: Path) -> list[str]:
                     url = prepare(scratch)
                     return child_argv(
-                        "tensorstore",
+                        job,
                         src=url,
                         dst=url + "-out",
                         shard=shard,
@@ -514,7 +520,16 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
 
                 return argv
 
+            def theirs(
+                prepare: Any = prepare, shard: Any = shard, ranged: Any = ranged
+            ) -> Callable[[Path], list[str]]:
+                return copying(prepare, shard, ranged)
+
             tools = {f"asyncshard {what}": ours(f"asyncshard-{what}")}
+            if what == "shard":
+                tools["asyncshard shard --to (a copy)"] = copying(
+                    prepare, shard, ranged, "asyncshard-shard-to"
+                )
             if what == "reshard":
                 tools["asyncshard reshard, 1 pass"] = ours("asyncshard-reshard1")
             tools["tensorstore copy"] = theirs()

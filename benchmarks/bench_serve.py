@@ -5,14 +5,18 @@ One dataset, written by tensorstore: a 512x512x256 uint8 Zarr v3 array with 32^3
 once flat (``flat/``: 2,048 chunk files) and once sharded (``arr/``: 128 shards). Served:
 
 * **nginx** over the flat files (the ceiling of a static server);
+* **minimal aiohttp handlers** (``minimal_server.py``): the flat files opened, read and
+  closed per request; the inner chunks by one ``pread`` from shard files opened, and
+  their indexes read, at start-up (the floor of Python per-request cost);
 * **asyncshard serve** over the flat files;
 * **asyncshard serve --unshard** over the shards (inner chunks read out of the shards);
 
 each asyncshard server with ``--workers`` 1 and 2. ``wrk`` keeps ``--connections``
 connections busy with GETs of random chunk URLs. Printed per server, median of
 ``--rounds`` interleaved rounds: requests/s, the server's CPU time per request (all its
-processes; robust when other work shares the machine) and the ratio of requests/s to
-one current asyncshard worker on the same data (``x ref``). With ``--baseline-src``, an
+processes; robust when other work shares the machine), the ratio of requests/s to the
+minimal handler on the same data (``x minimal``) and, for two workers, to one. With
+``--baseline-src``, an
 older source tree is served too (one worker), for a before/after in one run. Every
 answer must be a 200.
 
@@ -37,7 +41,9 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -49,6 +55,7 @@ from benchmarks.nginx import Nginx
 from tests.servers import debian
 
 SERVE = [sys.executable, "-c", "from asyncshard.server.command import main; main()"]
+MINIMAL = [sys.executable, str(Path(__file__).with_name("minimal_server.py"))]
 SHAPE, CHUNK, SHARD = (512, 512, 256), 32, (128, 64, 64)
 GRID = tuple(s // CHUNK for s in SHAPE)
 LUA = """
@@ -108,20 +115,9 @@ def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
 
 
 @contextmanager
-def asyncshard_serving(
-    root: Path, workers: int, unshard: bool, src: str | None = None, extra: tuple[str, ...] = ()
-) -> Iterator[tuple[str, int]]:
-    """``asyncshard serve`` on a free port; yields its base URL and the parent's pid.
-
-    ``src``: run the asyncshard of another source tree (``PYTHONPATH``), e.g. an older
-    commit's, which has no ``--workers`` (only 1 then)."""
-    args = [*SERVE, str(root), "--port", "0", "--quiet"]
-    if src is None:
-        args += ["--workers", str(workers)]
-    if unshard:
-        args.append("--unshard")
-    args += extra
-    env = {**os.environ, "PYTHONPATH": src} if src else None
+def serving(args: list[str], env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
+    """Run a server that prints ``... at http://HOST:PORT/ ...``; yields that base URL
+    and its pid, and stops it with SIGTERM."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -137,6 +133,33 @@ def asyncshard_serving(
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
+
+
+def minimal_serving(root: Path, array: str) -> Any:
+    """The reference aiohttp handler (``minimal_server.py``) for ``array``: flat files
+    opened per request, or inner chunks by ``pread`` from shard files opened at start."""
+    if array == "flat":
+        return serving([*MINIMAL, "flat", str(root)])
+    return serving([*MINIMAL, "shards", str(root), array])
+
+
+@contextmanager
+def asyncshard_serving(
+    root: Path, workers: int, unshard: bool, src: str | None = None, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, int]]:
+    """``asyncshard serve`` on a free port; yields its base URL and the parent's pid.
+
+    ``src``: run the asyncshard of another source tree (``PYTHONPATH``), e.g. an older
+    commit's, which has no ``--workers`` (only 1 then)."""
+    args = [*SERVE, str(root), "--port", "0", "--quiet"]
+    if src is None:
+        args += ["--workers", str(workers)]
+    if unshard:
+        args.append("--unshard")
+    args += extra
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    with serving(args, env) as found:
+        yield found
 
 
 def tree_cpu(pid: int) -> float:
@@ -186,51 +209,77 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp) / "data"
         write_dataset(root)
-        flat, sharded = lua_script(Path(tmp), "flat"), lua_script(Path(tmp), "arr")
-        cases: list[tuple[str, str, int | None, bool]] = [
-            ("nginx, flat files", "flat", None, False),
-            ("asyncshard serve --unshard, no data cache", "arr", -1, True),
+        scripts = {"flat": lua_script(Path(tmp), "flat"), "arr": lua_script(Path(tmp), "arr")}
+        cases = [
+            Case("nginx, flat files", "flat", "nginx"),
+            Case("minimal aiohttp, flat (open/read/close)", "flat", "minimal"),
+            Case("minimal aiohttp, shards (pread, open fds)", "arr", "minimal"),
+            Case("asyncshard serve --unshard, no data cache", "arr", "serve", 1, NO_DATA_CACHE),
         ]
         if args.baseline_src:
-            cases.append(("baseline serve, flat", "flat", 0, False))
-            cases.append(("baseline serve --unshard", "arr", 0, True))
+            cases.append(Case("baseline serve, flat", "flat", "baseline"))
+            cases.append(Case("baseline serve --unshard", "arr", "baseline"))
         for workers in args.workers:
-            cases.append((f"asyncshard serve, flat, --workers {workers}", "flat", workers, False))
-            cases.append((f"asyncshard serve --unshard, --workers {workers}", "arr", workers, True))
+            cases.append(
+                Case(f"asyncshard serve, flat, --workers {workers}", "flat", "serve", workers)
+            )
+            cases.append(
+                Case(f"asyncshard serve --unshard, --workers {workers}", "arr", "serve", workers)
+            )
         results: dict[str, list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
-            for label, array, workers, unshard in cases:
-                script = flat if array == "flat" else sharded
-                if workers is None:
+            for case in cases:
+                script = scripts[case.array]
+                if case.kind == "nginx":
                     with Nginx(root) as server:
                         measured = run_wrk_nginx(wrk, server, script, args)
+                    results.setdefault(case.label, []).append(measured)
+                    continue
+                if case.kind == "minimal":
+                    server_cm = minimal_serving(root, case.array)
                 else:
-                    src = args.baseline_src if workers == 0 else None
-                    extra = ("--data-cache-bytes", "0") if workers == -1 else ()
-                    serving = asyncshard_serving(root, max(workers, 1), unshard, src, extra)
-                    with serving as (url, pid):
-                        run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
-                        measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
-                results.setdefault(label, []).append(measured)
+                    src = args.baseline_src if case.kind == "baseline" else None
+                    server_cm = asyncshard_serving(
+                        root, case.workers, case.array == "arr", src, case.extra
+                    )
+                with server_cm as (url, pid):
+                    run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
+                    measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
+                results.setdefault(case.label, []).append(measured)
         load = os.getloadavg()[0]
         print(
             f"{SHAPE} uint8, {CHUNK}^3 chunks (32 KiB), wrk {args.connections} connections, "
             f"{args.seconds:g} s, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
             f"load {load:.1f}"
         )
-        print(f"{'server':44} {'req/s':>8} {'CPU-us/req':>11} {'x ref':>10}")
         medians = {
             label: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
             for label, runs in results.items()
         }
-        for label, (rate, cpu) in medians.items():
-            base_label = label.replace("--workers 2", "--workers 1")
-            if label.startswith(("nginx", "baseline serve, flat")):
-                base_label = "asyncshard serve, flat, --workers 1"
-            elif label.startswith(("baseline serve --unshard", "asyncshard serve --unshard, no")):
-                base_label = "asyncshard serve --unshard, --workers 1"
-            base = medians.get(base_label, (rate, cpu))[0]
-            print(f"{label:44} {rate:8.0f} {cpu:11.0f} {rate / base:10.2f}")
+        minimal = {c.array: medians[c.label][0] for c in cases if c.kind == "minimal"}
+        print(f"{'server':46} {'req/s':>8} {'CPU-us/req':>11} {'x minimal':>10} {'x 1 worker':>11}")
+        for case in cases:
+            rate, cpu = medians[case.label]
+            one = medians.get(case.label.replace(f"--workers {case.workers}", "--workers 1"))
+            scaling = f"{rate / one[0]:11.2f}" if case.workers > 1 and one else " " * 11
+            print(
+                f"{case.label:46} {rate:8.0f} {cpu:11.0f} "
+                f"{rate / minimal[case.array]:10.2f} {scaling}"
+            )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One server of the run: what it serves (``flat`` or ``arr``) and how."""
+
+    label: str
+    array: str
+    kind: str  # nginx, minimal, serve or baseline
+    workers: int = 1
+    extra: tuple[str, ...] = ()
+
+
+NO_DATA_CACHE = ("--data-cache-bytes", "0")
 
 
 def run_wrk_nginx(

@@ -86,6 +86,22 @@ class GetResult:
     meta: ObjectMeta
 
 
+class WouldWait:
+    """The answer of :meth:`~asyncshard.store.Store.get_now` when the store cannot read
+    without waiting (use :meth:`~asyncshard.store.Store.get_object`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "WOULD_WAIT"
+
+
+#: The one :class:`WouldWait` instance.
+WOULD_WAIT = WouldWait()
+#: What :meth:`~asyncshard.store.Store.get_now` answers.
+NowResult = GetResult | WouldWait | None
+
+
 def check_condition(
     key: str, current: ObjectMeta | None, if_match: str | None, if_absent: bool = False
 ) -> None:

@@ -42,9 +42,12 @@ from asyncshard.errors import (
 from asyncshard.fanout import gather_settled
 from asyncshard.keys import dir_prefix, split_dir, validate_key, validate_prefix
 from asyncshard.objects import (
+    WOULD_WAIT,
     GetResult,
+    NowResult,
     ObjectMeta,
     StoreStats,
+    WouldWait,
     apply_runs,
     check_condition,
     retry_on_conflict,
@@ -52,12 +55,15 @@ from asyncshard.objects import (
 from asyncshard.ranges import MAX_OVERFETCH, ByteRange, Offset, Range, Suffix, coalesce, resolve
 
 __all__ = [
+    "WOULD_WAIT",
     "BytesLike",
     "Data",
     "GetResult",
+    "NowResult",
     "ObjectMeta",
     "Store",
     "StoreStats",
+    "WouldWait",
     "apply_runs",
     "check_condition",
     "dir_prefix",
@@ -166,6 +172,12 @@ class Store(ABC):
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
         """Read one object or range; ``None`` if missing; ``ConflictError`` on a mismatch."""
+
+    def _get_now(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> NowResult:
+        """``_get``'s answer when it needs no waiting at all (the bytes are in memory, or
+        in the page cache of an open file), else :data:`WOULD_WAIT`. Never blocks,
+        never starts I/O that it would have to wait for; the default always declines."""
+        return WOULD_WAIT
 
     @abstractmethod
     async def _head(self, key: str) -> ObjectMeta | None:
@@ -306,6 +318,25 @@ class Store(ABC):
         result = await self._fetch(key, byte_range, if_match)
         if result is not None:
             self._returned(result.data)
+        return result
+
+    def get_now(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> NowResult:
+        """:meth:`get_object`'s answer when the store can give it without waiting (a
+        memory store, a local file whose bytes are in the page cache, a chunk whose
+        shard index and bytes are at hand), counted like it; :data:`WOULD_WAIT` (nothing
+        counted) when it cannot: then call :meth:`get_object`. For hot paths that pay
+        more for a coroutine than for the read (a server answering small chunks)."""
+        key = validate_key(key)
+        result = self._get_now(key, byte_range, if_match)
+        if result is WOULD_WAIT:
+            return result
+        self.stats.requests["get"] += 1
+        if isinstance(result, GetResult):
+            if not self.counts_calls:
+                self.stats.bytes_fetched += len(result.data)
+            self.stats.bytes_returned += len(result.data)
         return result
 
     async def head(self, key: str) -> ObjectMeta | None:

@@ -16,7 +16,7 @@ from asyncshard.errors import (
     StorePermissionError,
 )
 from asyncshard.ranges import ByteRange, Range
-from asyncshard.store import GetResult
+from asyncshard.store import GetResult, NowResult, WouldWait
 from tests.http_app.conftest import ServeFactory
 
 PIECE = 64 * 1024
@@ -33,16 +33,28 @@ class Recording(LocalStore):
         self.error: Exception = StoreConnectionError("backend down")
         self.on_read: dict[int, Path] = {}
 
-    async def get_object(
-        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
-    ) -> GetResult | None:
+    def _record(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> None:
         self.reads.append((key, byte_range, if_match))
         n = len(self.reads)
         if n == self.fail_at:
             raise self.error
         if n in self.on_read:  # replace the object behind the server's back
             self.on_read[n].write_bytes(b"replaced" * 10000)
+
+    async def get_object(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> GetResult | None:
+        self._record(key, byte_range, if_match)
         return await super().get_object(key, byte_range, if_match=if_match)
+
+    def get_now(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> NowResult:
+        """Recorded like a read when it answers (the server's first read)."""
+        result = super().get_now(key, byte_range, if_match=if_match)
+        if not isinstance(result, WouldWait):
+            self._record(key, byte_range, if_match)
+        return result
 
 
 @pytest.fixture

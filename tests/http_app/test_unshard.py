@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import shutil
@@ -15,6 +16,7 @@ import pytest
 import tensorstore as ts
 
 from asyncshard.backends import LocalStore
+from asyncshard.cache import LoadingCache
 from asyncshard.formats.precomputed.volume import unsharded_info_bytes
 from asyncshard.ranges import ByteRange
 from asyncshard.server.app import make_app
@@ -26,7 +28,7 @@ from asyncshard.server.demo import (
     demo_volume,
 )
 from asyncshard.sharding.zarr import ZarrFormat
-from asyncshard.store import GetResult
+from asyncshard.store import WOULD_WAIT, GetResult
 from asyncshard.views.unsharded import DEFAULT_MAX_DEPTH, UnshardedView
 from tests.http_app.conftest import Served, ServeFactory, running
 
@@ -384,3 +386,69 @@ async def test_metadata_lookups_stop_at_a_dataset(tmp_path: Path, demo_folder: P
     assert not any(
         k.startswith(f"{ZARR_PATH}/c/") and k.endswith(("zarr.json", "info")) for k in sharded.keys
     )
+
+
+@pytest.fixture
+def demo_copy(demo_folder: Path, tmp_path: Path) -> Path:
+    """A copy of the demo volume this test may change."""
+    shutil.copytree(demo_folder, tmp_path / "demo")
+    return tmp_path / "demo"
+
+
+async def test_warm_chunks_are_answered_without_waiting(demo_copy: Path) -> None:
+    """``get_now`` (the server's first read) answers a chunk whose folder and shard index
+    are cached with one range read and no await (none with the chunk in the data cache),
+    exactly as ``get``; anything not at hand is ``WOULD_WAIT``."""
+    inner = LocalStore(demo_copy)
+    view = UnshardedView(inner)
+    key, neighbour = f"{ZARR_PATH}/c/0/0/0", f"{ZARR_PATH}/c/0/0/1"
+    assert view.get_now(key) is WOULD_WAIT, "nothing cached yet"
+    first = await view.get(key)
+    inner.stats.reset()
+    now = view.get_now(neighbour)
+    assert isinstance(now, GetResult) and inner.stats.requests["get"] == 1
+    assert bytes(now.data) == bytes(await view.get(neighbour) or b"")
+    assert now.meta.key == neighbour and now.meta.version == (await view.head(neighbour)).version  # type: ignore[union-attr]
+    assert view.get_now(f"{ZARR_PATH}/c/0/0/9") is None, "outside the array"
+    assert view.get_now(f"{ZARR_PATH}/zarr.json") not in (None, WOULD_WAIT)
+    view.folders.invalidate(f"{ZARR_PATH}/")  # metadata written: routes are not trusted
+    assert view.get_now(key) is WOULD_WAIT
+    assert await view.get(key) == first
+    assert isinstance(view.get_now(key), GetResult)
+
+    cached = UnshardedView(inner, data_cache=LoadingCache(1 << 20))
+    await cached.get(key)
+    inner.stats.reset()
+    assert bytes(cached.get_now(key).data) == first  # type: ignore[union-attr]
+    assert inner.stats.requests["get"] == 0, "from the data cache"
+
+
+async def test_rewritten_shard_is_never_served_stale(demo_copy: Path) -> None:
+    """A shard replaced behind the view (another writer): the next ``get_now`` of a
+    cached route either declines or reads the new shard, never the old bytes."""
+    view = UnshardedView(LocalStore(demo_copy))
+    key, moved = f"{ZARR_PATH}/c/0/0/0", f"{ZARR_PATH}/c/0/0/4"
+    old, new = await view.get(key), await view.get(moved)
+    assert old != new
+    shards = demo_copy / ZARR_PATH / "c" / "0" / "0"
+    shutil.copy(shards / "1", shards / "replacement")
+    (shards / "replacement").rename(shards / "0")  # the chunk at x=4 now sits at x=0
+    now = view.get_now(key)
+    assert now is WOULD_WAIT or bytes(now.data) == new  # type: ignore[union-attr]
+    assert await view.get(key) == new
+    assert bytes(view.get_now(key).data) == new  # type: ignore[union-attr]
+
+
+async def test_an_old_index_is_confirmed_by_the_read(demo_copy: Path) -> None:
+    """Past ``recheck_after`` a cached chunk is read again, conditioned on the index's
+    version (one request, no ``head``); that read makes the index recent again."""
+    inner = LocalStore(demo_copy)
+    view = UnshardedView(inner, data_cache=LoadingCache(1 << 20), recheck_after=0.05)
+    key = f"{ZARR_PATH}/c/0/0/0"
+    expected = await view.get(key)
+    await asyncio.sleep(0.1)
+    inner.stats.reset()
+    assert bytes(view.get_now(key).data) == expected  # type: ignore[union-attr]
+    assert inner.stats.requests["get"] == 1 and inner.stats.requests["head"] == 0
+    assert bytes(view.get_now(key).data) == expected  # type: ignore[union-attr]
+    assert inner.stats.requests["get"] == 1, "the index is recent again: the data cache"

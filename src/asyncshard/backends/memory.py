@@ -26,6 +26,11 @@ class MemoryStore(Store):
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
+        return self._get_now(key, byte_range, if_match)
+
+    def _get_now(
+        self, key: str, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
         entry = self._objects.get(key)
         if entry is None:
             return None

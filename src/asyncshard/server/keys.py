@@ -47,8 +47,11 @@ def parse_path(raw_path: str) -> UrlPath:
     if not body:
         return UrlPath("", True)
     is_dir = body.endswith("/")
-    segments = [_segment(s) for s in (body[:-1] if is_dir else body).split("/")]
-    key = validate_key("/".join(segments))
+    if body.isascii() and "%" not in body:  # nothing to decode: the segments as they are
+        key = validate_key(body[:-1] if is_dir else body)
+    else:
+        segments = [_segment(s) for s in (body[:-1] if is_dir else body).split("/")]
+        key = validate_key("/".join(segments))
     return UrlPath(key + "/" if is_dir else key, is_dir)
 
 

@@ -29,7 +29,7 @@ from asyncshard.server.ranges import (
 from asyncshard.server.responses import Aborted, error, log, object_headers
 from asyncshard.server.stalls import StallWatch
 from asyncshard.server.validators import etag_for, evaluate_preconditions, if_range_holds
-from asyncshard.store import Data, ObjectMeta, Store
+from asyncshard.store import Data, GetResult, ObjectMeta, Store, WouldWait
 
 #: Bytes handed to the socket per write (each a copy, so that nothing the transport
 #: still buffers keeps a whole piece alive).
@@ -140,6 +140,9 @@ class Reader:
         ranges = None if request.method == "HEAD" else parse_range_header(headers.get("Range"))
         conditional = any(h in headers for h in CONDITIONAL)
         if request.method != "HEAD" and not conditional:
+            answered = await self._read_now(request, key, ranges)
+            if answered is not None:
+                return answered
             wanted = self._first_read(ranges, self.config.piece_size)
             if wanted is not None:
                 want = wanted.length if isinstance(wanted, Suffix) else wanted.end - wanted.start
@@ -170,6 +173,25 @@ class Reader:
             return await self._head_response(request, key, meta)
         return await self._body(request, key, meta, ranges, None)
 
+    async def _read_now(
+        self, request: web.Request, key: str, ranges: list[ByteRange] | None
+    ) -> web.StreamResponse | None:
+        """The answer when the store has the body's first :data:`WRITE_SLICE` bytes at
+        hand (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache
+        read), which is most small chunks: no coroutine below, no budget wait (what is
+        read is at most what the transport may hold of one answer). ``None``: read the
+        usual way."""
+        first_range = self._first_read(ranges, WRITE_SLICE)
+        if first_range is None:
+            return None
+        first = self.store.get_now(key, first_range)
+        if isinstance(first, WouldWait):
+            return None
+        if first is None:
+            return error(404, f"404 Not Found: {key}")
+        piece = self._piece(first, first_range, self.budget.reserve(0))
+        return await self._body(request, key, first.meta, ranges, piece)
+
     async def _read_ahead(
         self,
         request: web.Request,
@@ -184,13 +206,19 @@ class Reader:
             return error(404, f"404 Not Found: {key}")
         reservation.keep(len(first.data))
         meta = first.meta
-        if isinstance(first_range, Suffix):
-            at = max(meta.size - first_range.length, 0)
-        else:
-            at = min(first_range.start, meta.size)
-        piece = Piece(at, memoryview(first.data), reservation)
+        piece = self._piece(first, first_range, reservation)
         del first  # the piece holds the only reference: freed once written
         return await self._body(request, key, meta, ranges, piece)
+
+    @staticmethod
+    def _piece(first: GetResult, first_range: Range | Suffix, reservation: Reservation) -> Piece:
+        """The piece a first read gave: its bytes and where they start in the object."""
+        size = first.meta.size
+        if isinstance(first_range, Suffix):
+            at = max(size - first_range.length, 0)
+        else:
+            at = min(first_range.start, size)
+        return Piece(at, memoryview(first.data), reservation)
 
     async def _head_response(
         self, request: web.Request, key: str, meta: ObjectMeta

@@ -21,6 +21,7 @@ raises ``OverflowError`` on very long numbers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -50,6 +51,7 @@ _ASCTIME_DATE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # one per object served recently: a regex and a hash
 def etag_for(version: str | None) -> str | None:
     """A strong ``ETag`` (with quotes) for a store version; ``None`` without a version."""
     if not version:
@@ -60,6 +62,7 @@ def etag_for(version: str | None) -> str | None:
     return f'"{inner}"'
 
 
+@functools.lru_cache(maxsize=4096)  # formatting costs more than the rest of the headers
 def http_date(moment: datetime) -> str:
     """An IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``)."""
     if moment.tzinfo is None:

@@ -8,6 +8,7 @@ import pytest
 
 from asyncshard.errors import ConflictError, InvalidKeyError
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
+from asyncshard.store import WOULD_WAIT, WouldWait
 from asyncshard.testing.base import ConformanceBase
 from asyncshard.testing.harness import Harness
 
@@ -176,3 +177,35 @@ class ReadConformance(ConformanceBase):
         with pytest.raises(InvalidKeyError):
             await store.get_partial_values([(harness.key("fine"), None), (key, Range(0, 1))])
         assert store.stats.total_requests == 0
+
+    async def test_get_now_answers_like_get_object_or_declines(self, harness: Harness) -> None:
+        """``get_now`` gives ``get_object``'s answer, counted like it, or ``WOULD_WAIT``
+        (nothing counted); it sees a replaced object at once."""
+        await harness.seed({"obj": DATA})
+        store, key = harness.store, harness.key("obj")
+        for rng in [None, Range(10, 20), Suffix(24), Offset(1000), Range(2000, 3000)]:
+            before = store.stats.requests["get"]
+            now = store.get_now(key, rng)
+            if isinstance(now, WouldWait):
+                assert store.stats.requests["get"] == before
+                continue
+            assert store.stats.requests["get"] == before + 1
+            expected = await store.get_object(key, rng)
+            assert now is not None and expected is not None
+            assert bytes(now.data) == bytes(expected.data)
+            assert (now.meta.key, now.meta.size) == (key, len(DATA))
+            assert now.meta.version == expected.meta.version
+        assert store.get_now(harness.key("absent")) in (None, WOULD_WAIT)
+        meta = await store.head(key)
+        assert meta is not None
+        with pytest.raises(ConflictError):
+            if store.get_now(key, Range(0, 4), if_match="not-the-version") is WOULD_WAIT:
+                raise ConflictError("declined", key=key)
+        await harness.seed({"obj": DATA[::-1]})  # replaced: seen at once
+        for _ in range(2):
+            now = store.get_now(key, Range(0, 4))
+            if not isinstance(now, WouldWait):
+                assert now is not None and bytes(now.data) == DATA[::-1][:4]
+        for hostile in HOSTILE_KEYS:
+            with pytest.raises(InvalidKeyError):
+                store.get_now(hostile)

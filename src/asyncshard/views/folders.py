@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from cachetools import LRUCache
 
-from asyncshard.store import Store
+from asyncshard.store import WOULD_WAIT, Store, WouldWait
 from asyncshard.views.datasets import OPENERS, Dataset, DatasetOptions, is_dataset_document
 
 __all__ = ["Folders", "Node", "folder_of_metadata"]
@@ -109,6 +109,30 @@ class Folders:
         finally:
             if self._loading.get(folder) is asyncio.current_task():
                 del self._loading[folder]
+
+    def find_now(self, path: str) -> tuple[Node | None, float] | WouldWait:
+        """:meth:`find` from remembered nodes alone, and the moment (``time.monotonic``)
+        until which that answer holds unless :attr:`generation` changes first;
+        :data:`WOULD_WAIT` when a folder on the way must be (re)loaded."""
+        parts = path.split("/")
+        now = time.monotonic()
+        until = float("inf")
+        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
+            folder = "/".join(parts[:depth]) + "/" if depth else ""
+            node = self._nodes.get(folder)
+            if node is None or now - node.loaded_at >= self.ttl:
+                return WOULD_WAIT
+            until = min(until, node.loaded_at + self.ttl)
+            if node.dataset is not None:
+                return node, until
+            if node.terminal:
+                return None, until
+        return None, until
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every invalidation (answers of :meth:`find_now` may change then)."""
+        return self._generation
 
     async def find(self, path: str) -> Node | None:
         """The node of the outermost folder holding a sharded dataset among the nearest

@@ -54,6 +54,7 @@ Versions of rewritten metadata and virtual chunks carry the prefix ``unshard:``
 from __future__ import annotations
 
 import builtins
+import time
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -74,11 +75,15 @@ from asyncshard.errors import (
 from asyncshard.fanout import run_writes
 from asyncshard.ranges import ByteRange, Range, resolve
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ChunkRead
+from asyncshard.sharding.engine.reads import raised
 from asyncshard.store import (
+    WOULD_WAIT,
     BytesLike,
     GetResult,
+    NowResult,
     ObjectMeta,
     Store,
+    WouldWait,
     retry_on_conflict,
     validate_key,
     validate_prefix,
@@ -117,6 +122,8 @@ __all__ = [
     "virtual_version",
 ]
 
+#: Keys whose routes :meth:`UnshardedView._target_now` remembers.
+MAX_ROUTES = 65536
 #: Group documents larger than this are served as they are (never read whole to rewrite).
 MAX_GROUP_DOCUMENT = 16 * 1024 * 1024
 DEFAULT_METADATA_TTL = 60.0
@@ -182,6 +189,7 @@ class UnshardedView(WrapperStore):
         self.folders = Folders(
             inner, self.options, ttl=metadata_ttl, max_folders=max_folders, max_depth=max_depth
         )
+        self._routes: dict[str, tuple[Target, float, int]] = {}
         self._gate = (
             WriteGate(window=write_window, max_wait=10 * write_window, flush_at=write_flush_at)
             if write_window > 0
@@ -219,7 +227,12 @@ class UnshardedView(WrapperStore):
     async def _route(self, key: str) -> Target:
         """What serves ``key`` (see :data:`Target`)."""
         node = await self.folders.find(key)
-        if node is None or node.dataset is None:
+        return None if node is None else self._target_in(node, key)
+
+    @staticmethod
+    def _target_in(node: Node, key: str) -> Target:
+        """What serves ``key`` in the folder ``node`` found for it."""
+        if node.dataset is None:
             return None
         if key == node.dataset.metadata_key:
             return node
@@ -255,13 +268,9 @@ class UnshardedView(WrapperStore):
             return None
         version = inner_version(key, if_match)
         if isinstance(target, Node):
-            assert target.dataset is not None
             if version is not None and version != target.version:
                 raise ConflictError(f"{key}: object is not at version {if_match}", key=key)
-            document = target.dataset.document
-            start, end = resolve(byte_range, len(document))
-            meta = ObjectMeta(key, len(document), virtual_version(target.version))
-            return GetResult(memoryview(document)[start:end], meta)
+            return _document(target, key, byte_range)
         loc = target.loc
         if not loc.inside:
             return None
@@ -270,6 +279,55 @@ class UnshardedView(WrapperStore):
         if result is None:
             return None
         return with_key(GetResult(result.data, virtual_meta(result.meta)), key)
+
+    def _get_now(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> NowResult:
+        """:meth:`_get` from what is at hand: the key's folders remembered, a chunk's
+        shard index cached and its bytes readable without waiting (see
+        :meth:`~asyncshard.sharding.engine.reads.ShardReads.read_now`)."""
+        if if_match is not None or self.recheck_metadata:
+            return WOULD_WAIT
+        target = self._target_now(key)
+        if isinstance(target, WouldWait):
+            return target
+        if target is None:
+            if is_group_document(key):
+                return WOULD_WAIT
+            result = self.inner.get_now(key, byte_range)
+            return with_key(result, key) if isinstance(result, GetResult) else result
+        if isinstance(target, Hidden):
+            return None
+        if isinstance(target, Node):
+            return _document(target, key, byte_range)
+        loc = target.loc
+        if not loc.inside:
+            return None
+        read = ChunkRead(target.rel, loc.shard_key, loc.chunk, byte_range, None)
+        outcome = target.scope.store.reads.read_now(read)
+        if not isinstance(outcome, GetResult):
+            return raised(outcome) if not isinstance(outcome, WouldWait) else outcome
+        meta = outcome.meta
+        return GetResult(outcome.data, ObjectMeta(key, meta.size, virtual_version(meta.version)))
+
+    def _target_now(self, key: str) -> Target | WouldWait:
+        """:meth:`_route` from remembered folders alone (:data:`WOULD_WAIT` if one must
+        be loaded). Answers are remembered per key (up to :data:`MAX_ROUTES` keys) until
+        a folder they came from expires or any metadata is invalidated: a viewer asks
+        for the same chunks again and again, and routing is most of a cached read."""
+        folders = self.folders
+        known = self._routes.get(key)
+        if known is not None:
+            target, until, generation = known
+            if generation == folders.generation and time.monotonic() < until:
+                return target
+        found = folders.find_now(key)
+        if isinstance(found, WouldWait):
+            return found
+        node, until = found
+        target = None if node is None else self._target_in(node, key)
+        if len(self._routes) >= MAX_ROUTES:
+            self._routes.clear()
+        self._routes[key] = (target, until, folders.generation)
+        return target
 
     async def _get_group(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
@@ -594,3 +652,12 @@ class UnshardedView(WrapperStore):
             await self.inner.erase_prefix(prefix)
         finally:
             self.folders.invalidate_around(prefix)
+
+
+def _document(node: Node, key: str, byte_range: ByteRange | None) -> GetResult:
+    """The rewritten metadata document of the node's dataset (or a range of it)."""
+    assert node.dataset is not None
+    document = node.dataset.document
+    start, end = resolve(byte_range, len(document))
+    meta = ObjectMeta(key, len(document), virtual_version(node.version))
+    return GetResult(memoryview(document)[start:end], meta)

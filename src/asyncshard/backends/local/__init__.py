@@ -50,7 +50,8 @@ them inside the root) and folders whose names are valid key segments; links to f
 are not followed.
 """
 
+from asyncshard.backends.local.descriptors import INLINE_READ
 from asyncshard.backends.local.files import TEMP_MAX_AGE, TMP_PREFIX, VERSION_XATTR
-from asyncshard.backends.local.store import INLINE_READ, LocalStore
+from asyncshard.backends.local.store import LocalStore
 
 __all__ = ["INLINE_READ", "TEMP_MAX_AGE", "TMP_PREFIX", "VERSION_XATTR", "LocalStore"]

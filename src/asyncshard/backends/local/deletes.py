@@ -12,12 +12,9 @@ import stat
 from collections.abc import Sequence
 
 from asyncshard.backends.local.files import is_missing, locked
-from asyncshard.backends.local.root import Root
+from asyncshard.backends.local.root import FolderFds, Root
 from asyncshard.errors import AsyncShardError, ConflictError
 from asyncshard.store import check_condition
-
-#: Folder key -> (resolved path, checked descriptor or ``None`` if missing), per batch.
-_OpenFolders = dict[str, tuple[str, int | None]]
 
 
 def unlink_many(root: Root, keys: Sequence[str]) -> None:
@@ -26,9 +23,8 @@ def unlink_many(root: Root, keys: Sequence[str]) -> None:
     Every key is tried; the first failure is raised afterwards.
     """
     folders: set[str] = set()
-    opened: _OpenFolders = {}
     failure: AsyncShardError | None = None
-    try:
+    with FolderFds(root) as opened:
         for key in keys:
             try:
                 folder = _unlink(root, key, opened)
@@ -37,28 +33,20 @@ def unlink_many(root: Root, keys: Sequence[str]) -> None:
                 continue
             if folder is not None:
                 folders.add(folder)
-    finally:
-        for _, fd in opened.values():
-            if fd is not None:
-                os.close(fd)
     for folder in sorted(folders, key=len, reverse=True):  # deepest first
         root.prune(folder)
     if failure is not None:
         raise failure
 
 
-def _unlink(root: Root, key: str, folders: _OpenFolders) -> str | None:
+def _unlink(root: Root, key: str, folders: FolderFds) -> str | None:
     """Remove the object ``key``; the folder it was in, or ``None`` if it was missing.
 
-    ``folders`` caches each folder's path and descriptor across one batch (the caller
-    closes them): one ``realpath`` and one ``open`` per folder, not per key."""
+    ``folders`` opens each folder once per batch: one ``realpath`` and one ``open`` per
+    folder, not per key."""
     # The folder is resolved, the name is not: deleting a link removes the link.
     parent, _, name = key.rpartition("/")
-    cached = folders.get(parent)
-    if cached is None:
-        folder = root.folder(parent)
-        cached = folders[parent] = (folder, root.open_folder(folder, key))
-    folder, dfd = cached
+    folder, dfd = folders.get(parent, key)
     if dfd is None:
         return None
     try:

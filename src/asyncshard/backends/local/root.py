@@ -32,6 +32,8 @@ _FAST_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_
 
 #: Folder key -> resolved folder path, shared by the objects of one batch.
 Folders = dict[str, str]
+#: Flags of a read-only open that never follows a link at the last component.
+READ_FLAGS = _FAST_READ_FLAGS
 
 
 class Root:
@@ -210,3 +212,32 @@ class Root:
             if os.path.isfile(os.path.join(root, prefix)):
                 return prefix
         return None
+
+
+class FolderFds:
+    """The checked descriptors of the folders one batch touches, opened once each and
+    closed when the ``with`` block ends. A name opened or unlinked relative to one (no
+    ``/`` in it, the link not followed) stays inside the root, so the objects of a batch
+    need no per-object ``realpath`` or ``/proc`` check."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self._open: dict[str, tuple[str, int | None]] = {}
+
+    def get(self, parent: str, key: str) -> tuple[str, int | None]:
+        """The resolved path of the folder key ``parent`` and its descriptor (``None``
+        if it is missing); ``key`` names the object in error messages."""
+        cached = self._open.get(parent)
+        if cached is None:
+            folder = self.root.folder(parent)
+            cached = self._open[parent] = (folder, self.root.open_folder(folder, key))
+        return cached
+
+    def __enter__(self) -> FolderFds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, fd in self._open.values():
+            if fd is not None:
+                os.close(fd)
+        self._open.clear()

@@ -8,23 +8,32 @@ threads, a batch in one thread.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from asyncshard.backends.local import deletes, listing
+from asyncshard.backends.local.descriptors import (
+    DEFAULT_OPEN_FILES,
+    NOWAIT,
+    InlineReads,
+)
 from asyncshard.backends.local.files import TEMP_MAX_AGE, is_missing, range_of, to_completion
-from asyncshard.backends.local.root import Folders, Root
+from asyncshard.backends.local.root import READ_FLAGS, FolderFds, Root
 from asyncshard.backends.local.writes import FileWriter
-from asyncshard.errors import AsyncShardError, StoreConfigError
+from asyncshard.errors import StoreConfigError
 from asyncshard.ranges import ByteRange
-from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
-
-#: Reads whose bytes are in the page cache, up to this size, run on the event loop.
-INLINE_READ = 1 << 20
-NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv") and os.path.isdir("/proc/self/fd")
-_BLOCKS: object = object()  # "this read would block (or needs the slow path): use a thread"
+from asyncshard.store import (
+    WOULD_WAIT,
+    BytesLike,
+    GetResult,
+    NowResult,
+    ObjectMeta,
+    Store,
+    WouldWait,
+)
 
 
 class LocalStore(Store):
@@ -39,7 +48,9 @@ class LocalStore(Store):
             writes into its folder; ``None`` leaves them to :meth:`cleanup_temp_files`.
         inline_reads: read up to 1 MiB whose bytes are in the page cache on the event
             loop (Linux ``RWF_NOWAIT``: it never waits for the disk) instead of in a
-            worker thread; ``False`` where even opening a file may be slow (NFS).
+            worker thread, keeping up to ``open_files`` descriptors of files read in
+            part open (see :mod:`.descriptors`); ``False`` where even opening a file may
+            be slow (NFS).
         max_gap, max_request, max_concurrency, max_overfetch: as for every Store.
     """
 
@@ -51,6 +62,7 @@ class LocalStore(Store):
         must_exist: bool = False,
         temp_max_age: float | None = TEMP_MAX_AGE,
         inline_reads: bool = True,
+        open_files: int = DEFAULT_OPEN_FILES,
         **options: Any,
     ):
         super().__init__(**options)
@@ -58,13 +70,17 @@ class LocalStore(Store):
             "durable": durable,
             "temp_max_age": temp_max_age,
             "inline_reads": inline_reads,
+            "open_files": open_files,
             **options,
         }
         self.root = Path(os.path.abspath(root))
         self.durable = durable
         self.temp_max_age = temp_max_age
+        if open_files < 0:
+            raise ValueError("open_files must be >= 0")
         self.inline_reads = inline_reads and NOWAIT
         self._root = Root(self.root, repr(self))
+        self._inline = InlineReads(self._root, open_files)
         self._writer = FileWriter(self._root, durable=durable, temp_max_age=temp_max_age)
         if must_exist and not self.root.is_dir():
             raise StoreConfigError(f"no such folder: {self.root}")
@@ -91,11 +107,17 @@ class LocalStore(Store):
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
-        if self.inline_reads:
-            cached = self._read_cached(key, byte_range, if_match)
-            if cached is not _BLOCKS:
-                return cached  # type: ignore[return-value]
+        now = self._get_now(key, byte_range, if_match)
+        if not isinstance(now, WouldWait):
+            return now
         return await asyncio.to_thread(self._read, key, byte_range, if_match)
+
+    def _get_now(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> NowResult:
+        """A read whose bytes are in the page cache, on the calling thread: no thread hop
+        (which costs more than the read itself); see :mod:`.descriptors`."""
+        if not self.inline_reads:
+            return WOULD_WAIT
+        return self._inline.read(key, byte_range, if_match)
 
     def _read(
         self, key: str, byte_range: ByteRange | None, if_match: str | None, path: str = ""
@@ -108,41 +130,45 @@ class LocalStore(Store):
             fd = root.open_checked(path or root.resolve(key), key, "read")
             if fd is None:
                 return None
+        return self._read_open(fd, key, byte_range, if_match, path or key)
+
+    def _read_open(
+        self, fd: int, key: str, byte_range: ByteRange | None, if_match: str | None, path: str
+    ) -> GetResult | None:
+        """Read the range of the open file ``fd`` (closed here); ``None`` unless a file."""
         try:
-            return _read_open(fd, key, byte_range, if_match, nowait=False)  # type: ignore[return-value]
+            found = range_of(fd, key, byte_range, if_match)
+            if found is None:
+                return None
+            meta, start, end = found
+            return GetResult(os.pread(fd, end - start, start) if end > start else b"", meta)
         except OSError as exc:
             if is_missing(exc):
                 return None
-            raise root.error(exc, key, "read", path or key) from exc
-        finally:
-            os.close(fd)
-
-    def _read_cached(
-        self, key: str, byte_range: ByteRange | None, if_match: str | None
-    ) -> GetResult | object | None:
-        """A small read whose bytes are in the page cache, on the event loop: no thread
-        hop (which costs more than the read itself). ``RWF_NOWAIT`` makes the read fail
-        instead of waiting for the disk; then, and for reads over :data:`INLINE_READ`
-        bytes, :data:`_BLOCKS` sends it to a worker thread."""
-        try:
-            fd = self._root.open_fast(key)
-        except AsyncShardError:
-            return _BLOCKS  # let the thread path raise it, with its full resolution
-        if fd is None:
-            return None
-        if fd < 0:
-            return _BLOCKS
-        try:
-            return _read_open(fd, key, byte_range, if_match, nowait=True)
-        except OSError:  # BlockingIOError: not in the page cache; else the thread reports it
-            return _BLOCKS
+            raise self._root.error(exc, key, "read", path) from exc
         finally:
             os.close(fd)
 
     def _read_batch(self, keys: Sequence[str]) -> list[GetResult | None]:
-        folders: Folders = {}
+        """Whole objects, each opened relative to its folder's checked descriptor."""
+        with FolderFds(self._root) as folders:
+            return [self._read_in(key, folders) for key in keys]
+
+    def _read_in(self, key: str, folders: FolderFds) -> GetResult | None:
         root = self._root
-        return [self._read(key, None, None, root.batch_path(key, folders)) for key in keys]
+        parent, _, name = key.rpartition("/")
+        folder, dfd = folders.get(parent, key)
+        if dfd is None:
+            return None
+        try:
+            fd = os.open(name, READ_FLAGS, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the name is a link (an alias): full resolution
+                return self._read(key, None, None)
+            if is_missing(exc):
+                return None
+            raise root.error(exc, key, "read", os.path.join(folder, name)) from exc
+        return self._read_open(fd, key, None, None, os.path.join(folder, name))
 
     async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
         return await self._bounded(asyncio.to_thread(self._read_batch, keys))
@@ -179,15 +205,21 @@ class LocalStore(Store):
     # -- deletes ------------------------------------------------------------------------
 
     async def _erase(self, key: str) -> None:
+        self._inline.forget([key])
         await to_completion(deletes.unlink_many, self._root, [key])
 
     async def _erase_many(self, keys: Sequence[str]) -> None:
         """One worker-thread hop for the whole batch; ``delete`` counts one per key."""
         self._count_request("delete", len(keys))
+        self._inline.forget(keys)
         await self._bounded(to_completion(deletes.unlink_many, self._root, keys))
 
     async def _erase_if_match(self, key: str, version: str) -> None:
+        self._inline.forget([key])
         await asyncio.to_thread(deletes.unlink_if_match, self._root, key, version)
+
+    async def _close(self) -> None:
+        self._inline.close()
 
     # -- listing ------------------------------------------------------------------------
 
@@ -197,23 +229,3 @@ class LocalStore(Store):
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
         return await asyncio.to_thread(listing.scan, self._root, prefix)
-
-
-def _read_open(
-    fd: int, key: str, byte_range: ByteRange | None, if_match: str | None, *, nowait: bool
-) -> GetResult | object | None:
-    """Read the range of the open file ``fd``; ``None`` unless it is a regular file. With
-    ``nowait`` a read over :data:`INLINE_READ` bytes or one that would wait for the disk
-    (``RWF_NOWAIT``; ``BlockingIOError``) or come short is :data:`_BLOCKS`."""
-    found = range_of(fd, key, byte_range, if_match)
-    if found is None:
-        return None
-    meta, start, end = found
-    if not nowait:
-        return GetResult(os.pread(fd, end - start, start) if end > start else b"", meta)
-    if end - start > INLINE_READ:
-        return _BLOCKS
-    buf = bytearray(end - start)
-    if buf and os.preadv(fd, [buf], start, os.RWF_NOWAIT) != len(buf):
-        return _BLOCKS  # short: changed meanwhile, or partly cached
-    return GetResult(memoryview(buf), meta)

@@ -90,6 +90,11 @@ class ShardIndexes(Generic[C]):
         """The shard's cached top-level index entry, if cached (no I/O)."""
         return self.cache.peek((self.namespace, *self.format.index_name(shard_key)))
 
+    def confirm(self, shard_key: str, entry: CacheEntry) -> None:
+        """The shard was just read at ``entry``'s version (a conditioned read succeeded):
+        its cached top-level index is recent again."""
+        self.cache.touch((self.namespace, *self.format.index_name(shard_key)), entry)
+
     def forget(self, shard_key: str) -> None:
         """Drop a shard's top-level index (deeper entries are keyed by its version)."""
         self.cache.invalidate((self.namespace, *self.format.index_name(shard_key)))

@@ -18,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Generic
 
-from asyncshard.cache import LoadingCache
+from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import ConflictError, CorruptShardError, FormatError
 from asyncshard.ranges import Range, resolve
 from asyncshard.sharding.batching import Batcher, group_by
 from asyncshard.sharding.engine.indexes import ShardIndexes, Stale, stale_on_conflict
 from asyncshard.sharding.engine.strategy import MISS, C, ChunkRead, Found, Miss
-from asyncshard.store import Data, GetResult, ObjectMeta, check_condition
+from asyncshard.store import WOULD_WAIT, Data, GetResult, ObjectMeta, WouldWait, check_condition
 
 __all__ = ["INLINE_DECODE_NBYTES", "Outcome", "ShardReads", "raised"]
 
@@ -107,6 +108,63 @@ class ShardReads(Generic[C]):
         """One chunk whose shard index is cached and recent: one conditioned range read
         (none when the data cache holds the chunk), no batch, no task. ``MISS`` when
         that does not apply (then the batch path runs)."""
+        plan = self._plan_warm(read, confirm=False)
+        if not isinstance(plan, _Warm):
+            return plan
+        try:
+            got = await self.inner.get_object(read.shard_key, plan.rng, if_match=plan.version)
+        except ConflictError:  # the shard changed: the batch path refreshes the index
+            got = None
+        stored = self._check_warm(read, plan, got)
+        if not isinstance(stored, _Stored):
+            return stored
+        if plan.confirms is not None:
+            self.indexes.confirm(read.shard_key, plan.confirms)
+        if not plan.whole:
+            return stored.result
+        try:
+            return _cut(read, await self._raw(read, stored.data, plan.version), plan.version)
+        except FormatError as exc:  # this chunk is corrupt: its read fails, nothing else
+            return exc
+
+    def read_now(self, read: ChunkRead[C]) -> Outcome | WouldWait:
+        """:meth:`_read_warm` when it needs no waiting: the index is cached, the chunk in
+        the data cache or readable by the wrapped store's ``get_now``, and any decoding
+        small. An index older than ``recheck_after`` is confirmed by the read itself
+        (conditioned on its version) instead of a ``head``. Else :data:`WOULD_WAIT`."""
+        if read.if_match is not None:
+            return WOULD_WAIT
+        plan = self._plan_warm(read, confirm=True)
+        if not isinstance(plan, _Warm):
+            return WOULD_WAIT if isinstance(plan, Miss) else plan
+        if plan.whole and self.format.encoded and not self._decodes_inline(read, plan.size):
+            return WOULD_WAIT
+        try:
+            got = self.inner.get_now(read.shard_key, plan.rng, if_match=plan.version)
+        except ConflictError:
+            got = None
+        if isinstance(got, WouldWait):
+            return got
+        stored = self._check_warm(read, plan, got)
+        if not isinstance(stored, _Stored):
+            return WOULD_WAIT if isinstance(stored, Miss) else stored
+        if plan.confirms is not None:
+            self.indexes.confirm(read.shard_key, plan.confirms)
+        if not plan.whole:
+            return stored.result
+        try:
+            raw = self.format.decode(stored.data, read.shard_key, read.chunk)
+        except FormatError as exc:
+            return exc
+        return _cut(read, self._keep_raw(read, raw, plan.version), plan.version)
+
+    def _plan_warm(self, read: ChunkRead[C], *, confirm: bool) -> Outcome | Miss | _Warm:
+        """The lean read of ``read``: its answer from the index or the data cache, the
+        range to read, or ``MISS`` (the batch path). Answers from the index alone (no
+        such chunk, a cached chunk) are trusted only from a recent index, since the shard
+        may have changed without a read noticing; with ``confirm`` a cached chunk of an
+        older index is read again instead, conditioned on the index's version (a read
+        that succeeds confirms the index)."""
         fmt, shard_key = self.format, read.shard_key
         entry = self.indexes.top(shard_key)
         if entry is None or entry.missing or entry.version is None:
@@ -115,8 +173,6 @@ class ShardReads(Generic[C]):
         where = fmt.lookup(self.indexes, shard_key, entry.value, read.chunk)
         if isinstance(where, Miss):
             return MISS
-        # answers from the index alone (no such chunk, a cached chunk) are trusted only
-        # from a recent index: the shard may have changed without a read noticing
         recent = time.monotonic() - entry.loaded_at <= self.indexes.recheck_after
         if where is None:
             return None if recent else MISS
@@ -125,28 +181,32 @@ class ShardReads(Generic[C]):
         if whole:
             if self.data_cache is not None:
                 hit = self.data_cache.peek(self._data_name(shard_key, version, read.chunk))
-                if hit is not None:
-                    return _cut(read, hit.value, version) if recent else MISS
+                if hit is not None and recent:
+                    return _cut(read, hit.value, version)
+                if hit is not None and not confirm:
+                    return MISS
             rng = Range(start, end)
         else:
             a, b = resolve(read.rng, end - start)
             rng = Range(start + a, start + b)
-        try:
-            got = await self.inner.get_object(shard_key, rng, if_match=version)
-        except ConflictError:  # the shard changed: the batch path refreshes the index
-            got = None
+        return _Warm(rng, version, end - start, whole, None if recent else entry)
+
+    def _check_warm(self, read: ChunkRead[C], plan: _Warm, got: GetResult | None) -> _Stored | Miss:
+        """The stored bytes a lean read got; ``MISS`` (and the index forgotten) when the
+        shard was gone or had changed; ``CorruptShardError`` when they came short."""
         if got is None:
-            self.indexes.forget(shard_key)
+            self.indexes.forget(read.shard_key)
             return MISS
+        rng = plan.rng
         if len(got.data) != rng.end - rng.start:
-            self.indexes.forget(shard_key)
-            raise _past_end(rng, shard_key)
-        if not whole:
-            return GetResult(got.data, ObjectMeta(read.key, end - start, version))
-        try:
-            return _cut(read, await self._raw(read, got.data, version), version)
-        except FormatError as exc:  # this chunk is corrupt: its read fails, nothing else
-            return exc
+            self.indexes.forget(read.shard_key)
+            raise _past_end(rng, read.shard_key)
+        return _Stored(got.data, GetResult(got.data, ObjectMeta(read.key, plan.size, plan.version)))
+
+    def _decodes_inline(self, read: ChunkRead[C], stored_size: int) -> bool:
+        """Whether decoding the chunk is small enough for the event loop."""
+        bound = min(self.format.decoded_limit(read.chunk), stored_size * _DEFLATE_RATIO)
+        return bound <= INLINE_DECODE_NBYTES
 
     # -- many reads -----------------------------------------------------------------------
 
@@ -275,6 +335,10 @@ class ShardReads(Generic[C]):
         """A whole chunk's raw bytes from its stored bytes (decoded if the format encodes
         them), kept in the data cache when there is one."""
         raw = await self._decode(stored, read) if self.format.encoded else stored
+        return self._keep_raw(read, raw, version)
+
+    def _keep_raw(self, read: ChunkRead[C], raw: Data, version: str | None) -> Data:
+        """``raw`` (a whole chunk's bytes), put in the data cache when there is one."""
         if self.data_cache is not None and version is not None:
             owned = raw if isinstance(raw, bytes) else bytes(raw)  # not a view of a big buffer
             name = self._data_name(read.shard_key, version, read.chunk)
@@ -286,8 +350,7 @@ class ShardReads(Generic[C]):
         """Decode a chunk; work that may be large (by the format's limit and the worst
         expansion of the stored bytes) runs in a thread, off the event loop."""
         fmt = self.format
-        bound = min(fmt.decoded_limit(read.chunk), len(stored) * _DEFLATE_RATIO)
-        if bound <= INLINE_DECODE_NBYTES:
+        if self._decodes_inline(read, len(stored)):
             return fmt.decode(stored, read.shard_key, read.chunk)
         return await asyncio.to_thread(fmt.decode, stored, read.shard_key, read.chunk)
 
@@ -340,6 +403,26 @@ class ShardReads(Generic[C]):
             return None if result is None else result.meta
 
         return await self.indexes.retry_stale(read.shard_key, from_index, from_snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class _Warm:
+    """A planned lean read: the shard range, the index's version, the chunk's stored
+    size, whether the chunk is read whole, and the index entry it confirms (if old)."""
+
+    rng: Range
+    version: str
+    size: int
+    whole: bool
+    confirms: CacheEntry | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A lean read's stored bytes, and its result when the chunk is not read whole."""
+
+    data: Data
+    result: GetResult
 
 
 def _cut(read: ChunkRead[Any], raw: Data, version: str | None) -> GetResult:

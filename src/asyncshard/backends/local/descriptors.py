@@ -1,0 +1,171 @@
+"""Reads on the event loop: from the page cache, through descriptors kept open.
+
+A read that the page cache can serve costs less than the hop to a worker thread, so
+:class:`InlineReads` serves it on the calling thread; ``RWF_NOWAIT`` makes the read fail
+instead of waiting for the disk, and then (or for a read over :data:`INLINE_READ`
+bytes) it answers :data:`~asyncshard.store.WOULD_WAIT` and the store uses a thread.
+
+A file read in part (a chunk out of a shard) is likely read again at other offsets, so
+its descriptor is kept open in a small LRU (``capacity``). Before each use the path is
+``stat``-ed and the descriptor used only if the path still names the same file,
+unchanged: device, inode, size, modification and change times. Objects are replaced by
+rename and their version token is set before that, so an unchanged inode holds the same
+bytes and version; a replaced or deleted file is closed and reopened (or reads as
+missing). A reused descriptor thus costs a ``stat`` and a ``preadv`` instead of
+``open``, the root check, ``fstat``, ``getxattr``, ``preadv`` and ``close``. Files read
+whole are not kept (a flat chunk is rarely read twice soon). A file deleted by another
+process stays open until its key is read again or it leaves the LRU; deletes through the
+store close it at once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from asyncshard.backends.local.files import meta_of, token_of
+from asyncshard.backends.local.root import Root
+from asyncshard.errors import AsyncShardError
+from asyncshard.ranges import ByteRange, resolve
+from asyncshard.store import (
+    WOULD_WAIT,
+    GetResult,
+    NowResult,
+    ObjectMeta,
+    WouldWait,
+    check_condition,
+)
+
+#: Reads up to this size whose bytes are in the page cache run on the calling thread.
+INLINE_READ = 1 << 20
+#: Whether this platform reads without waiting (Linux ``RWF_NOWAIT``) and checks open
+#: descriptors (``/proc/self/fd``).
+NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv") and os.path.isdir("/proc/self/fd")
+#: Descriptors kept open per store.
+DEFAULT_OPEN_FILES = 128
+
+Identity = tuple[int, int, int, int, int]
+
+
+class _Open(NamedTuple):
+    fd: int
+    identity: Identity
+    meta: ObjectMeta
+
+
+def _identity(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class InlineReads:
+    """Page-cache reads of one store root, with up to ``capacity`` descriptors kept open.
+
+    Thread-safe (a lock covers each read: they never wait for the disk).
+    """
+
+    def __init__(self, root: Root, capacity: int = DEFAULT_OPEN_FILES) -> None:
+        self.root = root
+        self.capacity = capacity
+        self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> NowResult:
+        """The read, or :data:`WOULD_WAIT` when it would wait for the disk, is large, or
+        needs the slow path's resolution (links, errors to report)."""
+        with self._lock:
+            held = self._open.get(key)
+            if held is not None and not self._unchanged(key, held):
+                self._drop(key)
+                held = None
+            if held is not None:
+                self._open.move_to_end(key)
+                return _read(held.fd, held.meta, byte_range, if_match, key)
+            opened = self._open_file(key)
+            if not isinstance(opened, _Open):
+                return opened
+            keep = False
+            try:
+                result = _read(opened.fd, opened.meta, byte_range, if_match, key)
+                keep = isinstance(result, GetResult) and len(result.data) < opened.meta.size
+                return result
+            finally:
+                if keep:
+                    self._keep(key, opened)
+                else:
+                    os.close(opened.fd)
+
+    def _unchanged(self, key: str, held: _Open) -> bool:
+        """Whether the path of ``key`` still names the file ``held`` has open, unchanged."""
+        try:
+            st = os.stat(os.path.join(self.root.real(), key), follow_symlinks=False)
+        except OSError:
+            return False
+        return _identity(st) == held.identity
+
+    def _open_file(self, key: str) -> _Open | WouldWait | None:
+        """``key`` opened (checked inside the root) with its metadata; ``None`` when
+        missing or not a file."""
+        try:
+            fd = self.root.open_fast(key)
+        except AsyncShardError:
+            return WOULD_WAIT  # the thread path raises it, with its full resolution
+        if fd is None or fd < 0:
+            return None if fd is None else WOULD_WAIT
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return _Open(fd, _identity(st), meta_of(key, st, token_of(fd)))
+        except OSError:
+            pass
+        os.close(fd)
+        return WOULD_WAIT  # not a file, or fstat failed: the thread path answers
+
+    def _keep(self, key: str, opened: _Open) -> None:
+        self._open[key] = opened
+        while len(self._open) > self.capacity:
+            _, old = self._open.popitem(last=False)
+            os.close(old.fd)
+
+    def _drop(self, key: str) -> None:
+        held = self._open.pop(key, None)
+        if held is not None:
+            os.close(held.fd)
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Close the descriptors of ``keys`` (deleted or replaced through the store)."""
+        with self._lock:
+            for key in keys:
+                self._drop(key)
+
+    def close(self) -> None:
+        """Close every kept descriptor."""
+        with self._lock:
+            while self._open:
+                _, held = self._open.popitem()
+                os.close(held.fd)
+
+    @property
+    def open_count(self) -> int:
+        """Descriptors kept open now."""
+        return len(self._open)
+
+
+def _read(
+    fd: int, meta: ObjectMeta, byte_range: ByteRange | None, if_match: str | None, key: str
+) -> NowResult:
+    """Read the range of an open file of ``meta`` without waiting for the disk."""
+    check_condition(key, meta, if_match, False)
+    start, end = resolve(byte_range, meta.size)
+    if end - start > INLINE_READ:
+        return WOULD_WAIT
+    buf = bytearray(end - start)
+    try:
+        if buf and os.preadv(fd, [buf], start, os.RWF_NOWAIT) != len(buf):
+            return WOULD_WAIT  # short: partly cached
+    except OSError:  # BlockingIOError: not in the page cache; else the thread reports it
+        return WOULD_WAIT
+    return GetResult(memoryview(buf), meta)

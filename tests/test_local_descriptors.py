@@ -1,0 +1,168 @@
+"""LocalStore reads on the event loop through kept descriptors (``descriptors.py``).
+
+A file read in part keeps its descriptor open; every later read checks, with a ``stat``
+of the path, that the path still names that file unchanged. These tests change the
+files behind the store's back (as another process would) and check that every read
+sees the current object, that descriptors stay bounded and are closed on delete and on
+close, and that reads answer exactly as the thread path does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from asyncshard.backends import LocalStore
+from asyncshard.backends.local import descriptors
+from asyncshard.errors import ConflictError
+from asyncshard.ranges import Range, Suffix
+from asyncshard.store import WOULD_WAIT, GetResult, NowResult
+
+pytestmark = pytest.mark.skipif(
+    not descriptors.NOWAIT, reason="no RWF_NOWAIT or /proc here: every read uses a thread"
+)
+SIZE = 100_000
+
+
+def blob(seed: int) -> bytes:
+    return bytes((i * seed + seed) % 251 for i in range(SIZE))
+
+
+def answered(result: NowResult) -> GetResult:
+    assert isinstance(result, GetResult), result
+    return result
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalStore:
+    return LocalStore(tmp_path / "root", open_files=4)
+
+
+def opens(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every descriptor the store opens for a read."""
+    calls: list[str] = []
+    real = store._root.open_fast
+
+    def counting(key: str) -> int | None:
+        calls.append(key)
+        return real(key)
+
+    monkeypatch.setattr(store._root, "open_fast", counting)
+    return calls
+
+
+async def test_partial_reads_reuse_one_descriptor(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.set("shard", blob(3))
+    calls = opens(store, monkeypatch)
+    for start in (0, 4096, 50_000, 99_990):
+        got = answered(store.get_now("shard", Range(start, start + 16)))
+        assert bytes(got.data) == blob(3)[start : start + 16]
+        assert got.meta.size == SIZE
+    assert calls == ["shard"]
+    assert store._inline.open_count == 1
+    assert bytes(answered(store.get_now("shard", Suffix(5))).data) == blob(3)[-5:]
+    assert await store.get("shard", Range(10, 20)) == blob(3)[10:20]  # the async verb too
+    assert calls == ["shard"]
+
+
+async def test_whole_reads_keep_nothing(store: LocalStore) -> None:
+    await store.set("flat", b"0123456789")
+    assert bytes(answered(store.get_now("flat")).data) == b"0123456789"
+    assert store._inline.open_count == 0
+
+
+async def test_replaced_file_is_seen_at_once(tmp_path: Path, store: LocalStore) -> None:
+    """Replaced by another writer (a second store, as another process would), by a plain
+    rename, or rewritten in place: the next read has the new bytes and version."""
+    await store.set("shard", blob(3))
+    first = answered(store.get_now("shard", Range(0, 8)))
+    other = LocalStore(tmp_path / "root")
+    await other.set("shard", blob(5))
+    second = answered(store.get_now("shard", Range(0, 8)))
+    assert bytes(second.data) == blob(5)[:8] and second.meta.version != first.meta.version
+    path = tmp_path / "root" / "shard"
+    (tmp_path / "root" / "new").write_bytes(blob(7))
+    os.rename(tmp_path / "root" / "new", path)  # same size, no version token
+    third = answered(store.get_now("shard", Range(0, 8)))
+    assert bytes(third.data) == blob(7)[:8] and third.meta.version != second.meta.version
+    with open(path, "r+b") as f:  # in place: the same inode, other bytes
+        f.write(b"INPLACE!")
+    assert bytes(answered(store.get_now("shard", Range(0, 8))).data) == b"INPLACE!"
+    with open(path, "ab") as f:  # grown in place
+        f.write(b"tail")
+    grown = answered(store.get_now("shard", Suffix(4)))
+    assert bytes(grown.data) == b"tail" and grown.meta.size == SIZE + 4
+
+
+async def test_deleted_file_reads_as_missing_and_is_closed(
+    tmp_path: Path, store: LocalStore
+) -> None:
+    await store.set("a", blob(3))
+    await store.set("b", blob(5))
+    answered(store.get_now("a", Range(0, 8)))
+    answered(store.get_now("b", Range(0, 8)))
+    assert store._inline.open_count == 2
+    os.unlink(tmp_path / "root" / "a")  # behind the store's back
+    assert store.get_now("a", Range(0, 8)) is None
+    assert await store.get("a", Range(0, 8)) is None
+    assert store._inline.open_count == 1
+    await store.erase_values(["b"])  # through the store: closed at once
+    assert store._inline.open_count == 0
+    assert store.get_now("b", Range(0, 8)) is None
+
+
+async def test_conditions_hold_on_a_kept_descriptor(store: LocalStore) -> None:
+    version = await store.set("shard", blob(3))
+    answered(store.get_now("shard", Range(0, 8)))
+    got = answered(store.get_now("shard", Range(8, 16), if_match=version))
+    assert bytes(got.data) == blob(3)[8:16]
+    with pytest.raises(ConflictError):
+        store.get_now("shard", Range(0, 8), if_match="not-the-version")
+    newer = await store.set("shard", blob(5))
+    with pytest.raises(ConflictError):
+        store.get_now("shard", Range(0, 8), if_match=version)
+    assert (
+        bytes(answered(store.get_now("shard", Range(0, 8), if_match=newer)).data) == (blob(5)[:8])
+    )
+
+
+async def test_descriptors_are_bounded_and_closed(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "root", open_files=3)
+    for i in range(10):
+        await store.set(f"s/{i}", blob(i + 1))
+    for i in range(10):
+        assert bytes(answered(store.get_now(f"s/{i}", Range(1, 9))).data) == blob(i + 1)[1:9]
+        assert store._inline.open_count == min(i + 1, 3)
+    fds = len(os.listdir("/proc/self/fd"))
+    await store.close()
+    assert store._inline.open_count == 0
+    assert len(os.listdir("/proc/self/fd")) == fds - 3
+    none = LocalStore(tmp_path / "root", open_files=0)
+    answered(none.get_now("s/0", Range(0, 4)))
+    assert none._inline.open_count == 0
+    with pytest.raises(ValueError, match="open_files"):
+        LocalStore(tmp_path / "root", open_files=-1)
+
+
+async def test_what_the_loop_cannot_read_goes_to_a_thread(tmp_path: Path) -> None:
+    """A large read, a folder, a link name and ``inline_reads=False`` decline
+    (``WOULD_WAIT``); the async verbs still answer them."""
+    store = LocalStore(tmp_path / "root")
+    big = os.urandom(descriptors.INLINE_READ + 1)
+    await store.set("big", big)
+    await store.set("dir/x", b"x")
+    (tmp_path / "root" / "alias").symlink_to("big")
+    assert store.get_now("big") is WOULD_WAIT
+    assert await store.get("big") == big
+    assert store.get_now("dir") is WOULD_WAIT
+    assert await store.get("dir") is None
+    assert store.get_now("alias", Range(0, 4)) is WOULD_WAIT
+    assert await store.get("alias", Range(0, 4)) == big[:4]
+    threaded = LocalStore(tmp_path / "root", inline_reads=False)
+    assert threaded.get_now("dir/x") is WOULD_WAIT
+    assert await threaded.get("dir/x") == b"x"
+    assert threaded.open_options["open_files"] == descriptors.DEFAULT_OPEN_FILES
