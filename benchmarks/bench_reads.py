@@ -150,7 +150,7 @@ async def zarr_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dic
     for c in warm:
         loc = store.format.locate("arr/c/{}/{}/{}".format(*c))
         assert loc is not None
-        found = await store.format.find(store, loc.shard_key, [loc.chunk])
+        found = await store.format.find(store.indexes, loc.shard_key, [loc.chunk])
         ranges.append((loc.shard_key, *found.entries[loc.chunk]))
     return {"warm 32": await raw_ceiling(server, ranges)}
 
@@ -267,7 +267,7 @@ async def pc_raw(server: Nginx, cold: list[Coords], warm: list[Coords]) -> dict[
     for c in warm:
         chunk_id = scale.scale.chunk_id(c)
         shard_key = store.shard_key(chunk_id)
-        found = await store.format.find(store, shard_key, [chunk_id])
+        found = await store.format.find(store.indexes, shard_key, [chunk_id])
         ranges.append((shard_key, *found.entries[chunk_id]))
     return {"warm 32": await raw_ceiling(server, ranges)}
 
