@@ -24,6 +24,8 @@ process), requests per chunk (nginx's access log), each as a ratio to asyncshard
 same mode; medians of ``--rounds`` interleaved rounds. nginx is apt-installed if missing.
 
     python benchmarks/bench_reads.py [--chunks 2000] [--rounds 3] [--only zarr]
+    python benchmarks/bench_reads.py --only zarr --chunks 100000 --rounds 1 \
+        --readers "asyncshard get, 32;asyncshard get, all;tensorstore, 32"
 """
 
 from __future__ import annotations
@@ -384,8 +386,12 @@ def readers(dataset: str) -> dict[str, tuple[Reader, str]]:
     return rows
 
 
-async def run_dataset(server: Nginx, dataset: str, n: int, rounds: int) -> None:
+async def run_dataset(
+    server: Nginx, dataset: str, n: int, rounds: int, only: list[str] | None = None
+) -> None:
     table = readers(dataset)
+    if only:
+        table = {k: v for k, v in table.items() if any(k.startswith(o) for o in only)}
     results: dict[tuple[str, str], list[Run]] = {}
     for r in range(rounds):
         for label, (reader, _) in table.items():
@@ -416,7 +422,8 @@ async def main(args: argparse.Namespace) -> None:
         with Nginx(tmp) as server:
             for dataset in ("zarr", "precomputed"):
                 if args.only in (None, dataset):
-                    await run_dataset(server, dataset, args.chunks, args.rounds)
+                    only = args.readers.split(";") if args.readers else None
+                    await run_dataset(server, dataset, args.chunks, args.rounds, only)
 
 
 if __name__ == "__main__":
@@ -424,4 +431,7 @@ if __name__ == "__main__":
     parser.add_argument("--chunks", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=["zarr", "precomputed"])
+    parser.add_argument(
+        "--readers", help="only the readers whose labels start with one of these (;-separated)"
+    )
     asyncio.run(main(parser.parse_args()))

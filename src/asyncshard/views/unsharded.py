@@ -123,7 +123,7 @@ __all__ = [
 ]
 
 #: Keys whose routes :meth:`UnshardedView._target_now` remembers.
-MAX_ROUTES = 65536
+MAX_ROUTES = 16384
 #: Group documents larger than this are served as they are (never read whole to rewrite).
 MAX_GROUP_DOCUMENT = 16 * 1024 * 1024
 DEFAULT_METADATA_TTL = 60.0

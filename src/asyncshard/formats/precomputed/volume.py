@@ -8,6 +8,7 @@ edge); sharded chunks are identified by the compressed Morton code of their grid
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import re
@@ -207,13 +208,13 @@ class Scale:
         """The chunk size used for names and ids: the first of ``chunk_sizes``."""
         return self.chunk_sizes[0]
 
-    @property
+    @functools.cached_property  # a frozen dataclass: computed once, on every chunk read
     def grid_shape(self) -> _Vec3:
         """Chunks per dimension: ``ceil(size / chunk_size)``."""
         x, y, z = (-(-s // c) for s, c in zip(self.size, self.chunk_size, strict=True))
         return x, y, z
 
-    @property
+    @functools.cached_property
     def morton_bits(self) -> _Vec3:
         """Bits per dimension of this scale's compressed Morton chunk ids."""
         return compressed_morton_bits(self.grid_shape)
@@ -263,7 +264,11 @@ class Scale:
         x, y, z = (r // c for r, c in zip(rel, self.chunk_size, strict=True))
         if not all(0 <= p < g for p, g in zip((x, y, z), self.grid_shape, strict=True)):
             return None
-        return (x, y, z) if self.chunk_name((x, y, z)) == name else None
+        # the exact name of that chunk (clipped at the edge; no leading zeros or signs)
+        ends = (o + s for o, s in zip(self.voxel_offset, self.size, strict=True))
+        bounds = zip(starts, self.chunk_size, ends, strict=True)
+        canonical = "_".join(f"{a}-{min(a + c, end)}" for a, c, end in bounds)
+        return (x, y, z) if canonical == name else None
 
     def chunk_id(self, grid_pos: Sequence[int]) -> int:
         """Sharded chunk id of a grid position: its compressed Morton code."""
