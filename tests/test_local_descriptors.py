@@ -166,3 +166,72 @@ async def test_what_the_loop_cannot_read_goes_to_a_thread(tmp_path: Path) -> Non
     assert threaded.get_now("dir/x") is WOULD_WAIT
     assert await threaded.get("dir/x") == b"x"
     assert threaded.open_options["open_files"] == descriptors.DEFAULT_OPEN_FILES
+
+
+def deleted_open_files() -> list[str]:
+    """Files this process holds open that no longer have a name."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)"):
+            out.append(target)
+    return out
+
+
+async def test_writes_copies_and_deletes_through_the_store_free_the_old_file(
+    store: LocalStore,
+) -> None:
+    """A kept descriptor of a file the store replaces or deletes is closed once the
+    change is done: the old file's space is freed at once."""
+    for change in ("set", "set_many", "copy", "erase", "erase_if_match"):
+        version = await store.set("shard", blob(3))
+        await store.set("other", blob(5))
+        answered(store.get_now("shard", Range(0, 8)))
+        assert store._inline.open_count == 1
+        if change == "set":
+            await store.set("shard", blob(7))
+        elif change == "set_many":
+            await store.set_many([("shard", blob(7))])
+        elif change == "copy":
+            await store.copy("other", "shard")
+        elif change == "erase":
+            await store.erase_values(["shard"])
+        else:
+            await store.erase_if_match("shard", version)
+        assert store._inline.open_count == 0, change
+        assert not [p for p in deleted_open_files() if p.endswith("/shard (deleted)")], change
+
+
+async def test_no_descriptor_leaks_on_unexpected_errors(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metadata that cannot be turned into an answer (an mtime no ``datetime`` holds)
+    raises without leaving the descriptor open."""
+    await store.set("shard", blob(3))
+
+    def broken(*_: object) -> object:
+        raise ValueError("year 10000 is out of range")
+
+    monkeypatch.setattr(descriptors, "meta_of", broken)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with pytest.raises(ValueError):
+            store.get_now("shard", Range(0, 8))
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_dropped_store_closes_its_descriptors(tmp_path: Path) -> None:
+    import asyncio
+    import gc
+
+    store = LocalStore(tmp_path / "root")
+    asyncio.run(store.set("shard", blob(3)))
+    before = len(os.listdir("/proc/self/fd"))
+    answered(store.get_now("shard", Range(0, 8)))
+    assert len(os.listdir("/proc/self/fd")) == before + 1
+    del store
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

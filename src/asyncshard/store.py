@@ -329,7 +329,11 @@ class Store(ABC):
         counted) when it cannot: then call :meth:`get_object`. For hot paths that pay
         more for a coroutine than for the read (a server answering small chunks)."""
         key = validate_key(key)
-        result = self._get_now(key, byte_range, if_match)
+        try:
+            result = self._get_now(key, byte_range, if_match)
+        except BaseException:
+            self.stats.requests["get"] += 1  # as get_object counts a read that raises
+            raise
         if result is WOULD_WAIT:
             return result
         self.stats.requests["get"] += 1

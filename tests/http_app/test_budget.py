@@ -68,3 +68,33 @@ async def test_reservations_shrink_and_release_once() -> None:
         async with budget.reserve(300 * KiB):
             raise RuntimeError("a failed request")
     assert budget.free == budget.total
+
+
+async def test_try_reserve_takes_only_what_is_free_at_once() -> None:
+    """The server's one-step answers reserve their bytes without waiting, or not at all
+    (they are read the usual way then): never past the budget, never ahead of waiters."""
+    budget = ByteBudget(128 * KiB, small=16 * KiB)
+    first = budget.try_reserve(32 * KiB)
+    assert first is not None and first.size == 32 * KiB and budget.free == 96 * KiB
+    assert budget.try_reserve(48 * KiB) is None, "only a small piece would be granted"
+    assert budget.free == 96 * KiB, "a refused try takes nothing"
+    second = budget.try_reserve(16 * KiB)
+    assert second is not None and budget.free == 80 * KiB
+    while budget.free:  # drain the rest
+        await budget.acquire(16 * KiB)
+    assert budget.try_reserve(1) is None
+    blocked = asyncio.create_task(budget.acquire(16 * KiB))
+    await asyncio.sleep(0)
+    first.release()  # 32 KiB back: the waiter is served first
+    assert await blocked == 16 * KiB
+    assert budget.free == 16 * KiB
+    assert await budget.acquire(16 * KiB) == 16 * KiB
+    waiting = asyncio.create_task(budget.acquire(16 * KiB))
+    await asyncio.sleep(0)
+    budget.release(8 * KiB)  # free now, but not enough for the waiter
+    assert not waiting.done()
+    assert budget.try_reserve(1) is None, "others wait: no overtaking"
+    second.release()
+    assert await waiting == 16 * KiB
+    first.release()  # idempotent
+    assert budget.free == 8 * KiB

@@ -415,6 +415,10 @@ async def test_warm_chunks_are_answered_without_waiting(demo_copy: Path) -> None
     assert view.get_now(key) is WOULD_WAIT
     assert await view.get(key) == first
     assert isinstance(view.get_now(key), GetResult)
+    generation = view.folders.generation
+    await view.folders.node(f"{ZARR_PATH}/", fresh=True)  # reloaded (another process?)
+    assert view.folders.generation > generation, "remembered routes are recomputed"
+    assert isinstance(view.get_now(key), GetResult)
 
     cached = UnshardedView(inner, data_cache=LoadingCache(1 << 20))
     await cached.get(key)

@@ -43,6 +43,17 @@ class ByteBudget:
         self.free -= size
         return size
 
+    def try_reserve(self, size: int) -> Reservation | None:
+        """``size`` bytes now, or ``None`` when they are not free at once (or others
+        wait): for bytes already read, which a caller may drop instead of waiting."""
+        granted = None if self._waiters else self._grant(size)
+        if granted is None:
+            return None
+        if granted != size:  # only a smaller piece was free
+            self.release(granted)
+            return None
+        return Reservation.held(self, size)
+
     async def acquire(self, want: int) -> int:
         """Reserve up to ``want`` (> 0) bytes; return how many were reserved (>= 1)."""
         if not self._waiters:
@@ -84,6 +95,13 @@ class Reservation:
         self._budget = budget
         self._want = want
         self.size = 0
+
+    @classmethod
+    def held(cls, budget: ByteBudget, size: int) -> Reservation:
+        """A reservation of ``size`` bytes already taken from ``budget``."""
+        reservation = cls(budget, size)
+        reservation.size = size
+        return reservation
 
     async def __aenter__(self) -> Reservation:
         self.size = await self._budget.acquire(self._want)

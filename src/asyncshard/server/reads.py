@@ -178,9 +178,8 @@ class Reader:
     ) -> web.StreamResponse | None:
         """The answer when the store has the body's first :data:`WRITE_SLICE` bytes at
         hand (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache
-        read), which is most small chunks: no coroutine below, no budget wait (what is
-        read is at most what the transport may hold of one answer). ``None``: read the
-        usual way."""
+        read), which is most small chunks: no coroutine below, no budget wait (the bytes
+        read are reserved if free at once). ``None``: read the usual way."""
         first_range = self._first_read(ranges, WRITE_SLICE)
         if first_range is None:
             return None
@@ -189,7 +188,10 @@ class Reader:
             return None
         if first is None:
             return error(404, f"404 Not Found: {key}")
-        piece = self._piece(first, first_range, self.budget.reserve(0))
+        reservation = self.budget.try_reserve(max(len(first.data), 1))
+        if reservation is None:  # the budget is short: wait for it the usual way
+            return None
+        piece = self._piece(first, first_range, reservation)
         return await self._body(request, key, first.meta, ranges, piece)
 
     async def _read_ahead(

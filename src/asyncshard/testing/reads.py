@@ -198,9 +198,12 @@ class ReadConformance(ConformanceBase):
         assert store.get_now(harness.key("absent")) in (None, WOULD_WAIT)
         meta = await store.head(key)
         assert meta is not None
+        before = store.stats.requests["get"]
         with pytest.raises(ConflictError):
             if store.get_now(key, Range(0, 4), if_match="not-the-version") is WOULD_WAIT:
+                before -= 1  # declined: nothing counted
                 raise ConflictError("declined", key=key)
+        assert store.stats.requests["get"] == before + 1, "a failed read counts as get_object's"
         await harness.seed({"obj": DATA[::-1]})  # replaced: seen at once
         for _ in range(2):
             now = store.get_now(key, Range(0, 4))

@@ -61,6 +61,7 @@ class Folders:
         self._nodes: LRUCache[str, Node] = LRUCache(max_folders)
         self._loading: dict[str, asyncio.Task[Node]] = {}
         self._generation = 0  # bumped by every invalidation
+        self._epoch = 0  # bumped by every invalidation and every node (re)loaded
 
     async def node(self, folder: str, *, fresh: bool = False) -> Node:
         """The node of ``folder``; ``fresh``: loaded now (or by a load running now)."""
@@ -105,6 +106,7 @@ class Folders:
             node.loaded_at = time.monotonic()
             if generation == self._generation:  # no metadata changed while we read
                 self._nodes[folder] = node
+                self._epoch += 1
             return node
         finally:
             if self._loading.get(folder) is asyncio.current_task():
@@ -131,8 +133,9 @@ class Folders:
 
     @property
     def generation(self) -> int:
-        """Bumped by every invalidation (answers of :meth:`find_now` may change then)."""
-        return self._generation
+        """Bumped whenever an answer of :meth:`find_now` may change: a folder invalidated
+        or a node loaded (a reload after its TTL or its eviction may read other metadata)."""
+        return self._epoch
 
     async def find(self, path: str) -> Node | None:
         """The node of the outermost folder holding a sharded dataset among the nearest
@@ -151,6 +154,7 @@ class Folders:
     def invalidate(self, folder: str) -> None:
         """The metadata of ``folder`` changed (or may have): reload it on its next use."""
         self._generation += 1
+        self._epoch += 1
         node = self._nodes.get(folder)
         if node is not None:
             node.loaded_at = float("-inf")  # kept: a reload may reuse its stores
@@ -163,6 +167,7 @@ class Folders:
         for folder in folders:
             self.invalidate(folder)
         self._generation += 1
+        self._epoch += 1
 
 
 def _related(folder: str, prefix: str) -> bool:

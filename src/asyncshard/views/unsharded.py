@@ -319,6 +319,7 @@ class UnshardedView(WrapperStore):
             target, until, generation = known
             if generation == folders.generation and time.monotonic() < until:
                 return target
+        generation = folders.generation  # before the lookup: a change during it counts
         found = folders.find_now(key)
         if isinstance(found, WouldWait):
             return found
@@ -326,7 +327,7 @@ class UnshardedView(WrapperStore):
         target = None if node is None else self._target_in(node, key)
         if len(self._routes) >= MAX_ROUTES:
             self._routes.clear()
-        self._routes[key] = (target, until, folders.generation)
+        self._routes[key] = (target, until, generation)
         return target
 
     async def _get_group(

@@ -13,9 +13,9 @@ rename and their version token is set before that, so an unchanged inode holds t
 bytes and version; a replaced or deleted file is closed and reopened (or reads as
 missing). A reused descriptor thus costs a ``stat`` and a ``preadv`` instead of
 ``open``, the root check, ``fstat``, ``getxattr``, ``preadv`` and ``close``. Files read
-whole are not kept (a flat chunk is rarely read twice soon). A file deleted by another
-process stays open until its key is read again or it leaves the LRU; deletes through the
-store close it at once.
+whole are not kept (a flat chunk is rarely read twice soon). A file deleted or replaced
+by another process stays open until its key is read again or it leaves the LRU; writes,
+copies and deletes through the store close it once they are done.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -72,6 +73,8 @@ class InlineReads:
         self.capacity = capacity
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._lock = threading.Lock()
+        # a store dropped without close() still closes its descriptors
+        weakref.finalize(self, _close_all, self._open)
 
     def read(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> NowResult:
         """The read, or :data:`WOULD_WAIT` when it would wait for the disk, is large, or
@@ -121,6 +124,9 @@ class InlineReads:
                 return _Open(fd, _identity(st), meta_of(key, st, token_of(fd)))
         except OSError:
             pass
+        except BaseException:  # e.g. an mtime no datetime can hold: the thread path says so
+            os.close(fd)
+            raise
         os.close(fd)
         return WOULD_WAIT  # not a file, or fstat failed: the thread path answers
 
@@ -144,14 +150,18 @@ class InlineReads:
     def close(self) -> None:
         """Close every kept descriptor."""
         with self._lock:
-            while self._open:
-                _, held = self._open.popitem()
-                os.close(held.fd)
+            _close_all(self._open)
 
     @property
     def open_count(self) -> int:
         """Descriptors kept open now."""
         return len(self._open)
+
+
+def _close_all(kept: OrderedDict[str, _Open]) -> None:
+    while kept:
+        _, held = kept.popitem()
+        os.close(held.fd)
 
 
 def _read(

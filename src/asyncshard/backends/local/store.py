@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from asyncshard.backends.local import deletes, listing
 from asyncshard.backends.local.descriptors import (
@@ -34,6 +34,8 @@ from asyncshard.store import (
     Store,
     WouldWait,
 )
+
+T = TypeVar("T")
 
 
 class LocalStore(Store):
@@ -181,16 +183,32 @@ class LocalStore(Store):
     async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
     ) -> str | None:
-        return await asyncio.to_thread(self._writer.write, key, data, if_match, if_absent)
+        return await self._replacing(
+            [key], asyncio.to_thread(self._writer.write, key, data, if_match, if_absent)
+        )
 
     async def _set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
-        return await self._bounded(asyncio.to_thread(self._writer.write_batch, items))
+        return await self._replacing(
+            [k for k, _ in items],
+            self._bounded(asyncio.to_thread(self._writer.write_batch, items)),
+        )
 
     async def _copy(self, source: str, target: str) -> int | None:
-        return await asyncio.to_thread(self._writer.link, source, target)
+        return await self._replacing([target], asyncio.to_thread(self._writer.link, source, target))
 
     async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
-        return await self._bounded(asyncio.to_thread(self._writer.link_batch, pairs))
+        return await self._replacing(
+            [t for _, t in pairs],
+            self._bounded(asyncio.to_thread(self._writer.link_batch, pairs)),
+        )
+
+    async def _replacing(self, keys: Sequence[str], change: Awaitable[T]) -> T:
+        """Await ``change`` (writes, copies or deletes of ``keys``), then close the kept
+        descriptors of ``keys``: a replaced or deleted file's space is freed at once."""
+        try:
+            return await change
+        finally:
+            self._inline.forget(keys)
 
     async def cleanup_temp_files(self, max_age: float = TEMP_MAX_AGE) -> int:
         """Remove temporary files older than ``max_age`` seconds in the whole tree.
@@ -205,18 +223,17 @@ class LocalStore(Store):
     # -- deletes ------------------------------------------------------------------------
 
     async def _erase(self, key: str) -> None:
-        self._inline.forget([key])
-        await to_completion(deletes.unlink_many, self._root, [key])
+        await self._replacing([key], to_completion(deletes.unlink_many, self._root, [key]))
 
     async def _erase_many(self, keys: Sequence[str]) -> None:
         """One worker-thread hop for the whole batch; ``delete`` counts one per key."""
         self._count_request("delete", len(keys))
-        self._inline.forget(keys)
-        await self._bounded(to_completion(deletes.unlink_many, self._root, keys))
+        unlink = to_completion(deletes.unlink_many, self._root, keys)
+        await self._replacing(keys, self._bounded(unlink))
 
     async def _erase_if_match(self, key: str, version: str) -> None:
-        self._inline.forget([key])
-        await asyncio.to_thread(deletes.unlink_if_match, self._root, key, version)
+        unlink = asyncio.to_thread(deletes.unlink_if_match, self._root, key, version)
+        await self._replacing([key], unlink)
 
     async def _close(self) -> None:
         self._inline.close()
