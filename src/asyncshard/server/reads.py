@@ -188,11 +188,15 @@ class Reader:
             return None
         if first is None:
             return error(404, f"404 Not Found: {key}")
+        meta = first.meta
+        if ranges is None and len(first.data) == meta.size:  # the whole body: sent at once
+            headers = object_headers(key, meta, self.config.cache_control)
+            return web.Response(status=200, headers=headers, body=first.data)
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None
         piece = self._piece(first, first_range, reservation)
-        return await self._body(request, key, first.meta, ranges, piece)
+        return await self._body(request, key, meta, ranges, piece)
 
     async def _read_ahead(
         self,
