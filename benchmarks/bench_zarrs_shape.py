@@ -44,7 +44,7 @@ import zarr.storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asyncshard.zarr_python import ZarrStore
-from benchmarks.common import cpu_now
+from benchmarks.common import cpu_now, sharding_codec
 
 SHARD, CHUNK = 256, 64
 OURS = "zarr-python through asyncshard"
@@ -55,22 +55,9 @@ def write(path: Path, size: int) -> np.ndarray:
     z, y, x = np.ogrid[:size, :size, :size]
     noise = np.random.default_rng(0).integers(0, 64, (size, size, size), dtype=np.uint16)
     data = ((z * 7 + y * 3 + x) % 4096).astype(np.uint16) + noise
+    zstd = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
     codecs = [
-        {
-            "name": "sharding_indexed",
-            "configuration": {
-                "chunk_shape": [CHUNK] * 3,
-                "codecs": [
-                    {"name": "bytes", "configuration": {"endian": "little"}},
-                    {"name": "zstd", "configuration": {"level": 0, "checksum": False}},
-                ],
-                "index_codecs": [
-                    {"name": "bytes", "configuration": {"endian": "little"}},
-                    {"name": "crc32c"},
-                ],
-                "index_location": "end",
-            },
-        }
+        sharding_codec(CHUNK, [{"name": "bytes", "configuration": {"endian": "little"}}, zstd])
     ]
     spec = {
         "driver": "zarr3",

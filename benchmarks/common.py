@@ -46,11 +46,13 @@ def aws_profile(folder: Path, access_key: str, secret_key: str, region: str) -> 
     }
 
 
-def sharding_codec(chunk: int) -> dict[str, Any]:
-    """Zarr v3 ``sharding_indexed`` of uncompressed 3-d inner chunks of edge ``chunk``,
-    with a crc32c index at the end (what tensorstore and zarr-python write by default)."""
+def sharding_codec(chunk: int, codecs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Zarr v3 ``sharding_indexed`` of 3-d inner chunks of edge ``chunk`` (``codecs``;
+    default: uncompressed), with a crc32c index at the end (what tensorstore and
+    zarr-python write by default)."""
     index = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
-    config = {"chunk_shape": [chunk] * 3, "codecs": [{"name": "bytes"}], "index_codecs": index}
+    inner = codecs or [{"name": "bytes"}]
+    config = {"chunk_shape": [chunk] * 3, "codecs": inner, "index_codecs": index}
     return {"name": "sharding_indexed", "configuration": {**config, "index_location": "end"}}
 
 

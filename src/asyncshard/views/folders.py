@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cachetools import LRUCache
@@ -116,11 +117,9 @@ class Folders:
         """:meth:`find` from remembered nodes alone, and the moment (``time.monotonic``)
         until which that answer holds unless :attr:`generation` changes first;
         :data:`WOULD_WAIT` when a folder on the way must be (re)loaded."""
-        parts = path.split("/")
         now = time.monotonic()
         until = float("inf")
-        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
-            folder = "/".join(parts[:depth]) + "/" if depth else ""
+        for folder in self._above(path):
             node = self._nodes.get(folder)
             if node is None or now - node.loaded_at >= self.ttl:
                 return WOULD_WAIT
@@ -141,15 +140,19 @@ class Folders:
         """The node of the outermost folder holding a sharded dataset among the nearest
         ``max_depth`` folders above the key ``path`` (or, for a folder ``path`` ending in
         ``/``, up to itself)."""
-        parts = path.split("/")
-        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
-            folder = "/".join(parts[:depth]) + "/" if depth else ""
+        for folder in self._above(path):
             node = await self.node(folder)
             if node.dataset is not None:
                 return node
             if node.terminal:
                 return None  # inside an unsharded array or volume: nothing to rewrite
         return None
+
+    def _above(self, path: str) -> Iterator[str]:
+        """The nearest ``max_depth`` folders above ``path``, outermost first."""
+        parts = path.split("/")
+        for depth in range(max(0, len(parts) - self.max_depth), len(parts)):
+            yield "/".join(parts[:depth]) + "/" if depth else ""
 
     def invalidate(self, folder: str) -> None:
         """The metadata of ``folder`` changed (or may have): reload it on its next use."""

@@ -28,12 +28,11 @@ from asyncshard.errors import (
 )
 from asyncshard.store import ObjectMeta
 
-_FAST_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+#: Flags of a read-only open that never follows a link at the last component.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 #: Folder key -> resolved folder path, shared by the objects of one batch.
 Folders = dict[str, str]
-#: Flags of a read-only open that never follows a link at the last component.
-READ_FLAGS = _FAST_READ_FLAGS
 
 
 class Root:
@@ -138,7 +137,7 @@ class Root:
             return -1
         root = self.real()
         try:
-            fd = os.open(os.path.join(root, key), _FAST_READ_FLAGS)
+            fd = os.open(os.path.join(root, key), READ_FLAGS)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # the name is a link (an alias): the slow path
                 return -1

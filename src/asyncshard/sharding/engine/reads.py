@@ -118,8 +118,6 @@ class ShardReads(Generic[C]):
         stored = self._check_warm(read, plan, got)
         if not isinstance(stored, _Stored):
             return stored
-        if plan.confirms is not None:
-            self.indexes.confirm(read.shard_key, plan.confirms)
         if not plan.whole:
             return stored.result
         try:
@@ -148,8 +146,6 @@ class ShardReads(Generic[C]):
         stored = self._check_warm(read, plan, got)
         if not isinstance(stored, _Stored):
             return WOULD_WAIT if isinstance(stored, Miss) else stored
-        if plan.confirms is not None:
-            self.indexes.confirm(read.shard_key, plan.confirms)
         if not plan.whole:
             return stored.result
         try:
@@ -192,8 +188,9 @@ class ShardReads(Generic[C]):
         return _Warm(rng, version, end - start, whole, None if recent else entry)
 
     def _check_warm(self, read: ChunkRead[C], plan: _Warm, got: GetResult | None) -> _Stored | Miss:
-        """The stored bytes a lean read got; ``MISS`` (and the index forgotten) when the
-        shard was gone or had changed; ``CorruptShardError`` when they came short."""
+        """The stored bytes a lean read got (a read at the index's version: an old index
+        is confirmed by it); ``MISS`` (and the index forgotten) when the shard was gone
+        or had changed; ``CorruptShardError`` when they came short."""
         if got is None:
             self.indexes.forget(read.shard_key)
             return MISS
@@ -201,6 +198,8 @@ class ShardReads(Generic[C]):
         if len(got.data) != rng.end - rng.start:
             self.indexes.forget(read.shard_key)
             raise _past_end(rng, read.shard_key)
+        if plan.confirms is not None:
+            self.indexes.confirm(read.shard_key, plan.confirms)
         return _Stored(got.data, GetResult(got.data, ObjectMeta(read.key, plan.size, plan.version)))
 
     def _decodes_inline(self, read: ChunkRead[C], stored_size: int) -> bool:
