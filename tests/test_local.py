@@ -8,6 +8,7 @@ import errno
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -581,3 +582,60 @@ async def test_cached_small_reads_skip_the_worker_thread(
     threaded = LocalStore(tmp_path / "root", inline_reads=False)
     assert await threaded.get("small") == b"0123456789"
     assert hops == ["_read", "_read"]
+
+
+async def test_batch_reads_run_in_at_most_batch_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches of reads wait for one of ``batch_threads`` threads: files in the page
+    cache are Python work under the GIL, which more threads only fight over."""
+    store = LocalStore(tmp_path, batch_threads=2)
+    await store.set_many([(f"k{i}", bytes([i])) for i in range(8)])
+    running, peak = 0, 0
+    lock = threading.Lock()
+    real = store._read_batch
+
+    def slow(keys: list[str]) -> Any:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        try:
+            return real(keys)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(store, "_read_batch", slow)
+    got = await asyncio.gather(*(store.get_many([f"k{i}", "none"]) for i in range(8)))
+    assert got == [[bytes([i]), None] for i in range(8)]
+    assert peak == 2
+    assert store.open_options["batch_threads"] == 2
+    with pytest.raises(ValueError, match="batch_threads"):
+        LocalStore(tmp_path, batch_threads=0)
+    opened = open_store(tmp_path.as_uri(), batch_threads=3)
+    assert isinstance(opened, LocalStore) and opened.open_options["batch_threads"] == 3
+
+
+async def test_a_batch_renames_each_folder_under_one_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``set_many`` takes each folder's lock once for its run of objects; objects in
+    folders visited in turn all land, each atomically."""
+    from asyncshard.backends.local import writes
+
+    store = LocalStore(tmp_path)
+    locks: list[str] = []
+    real = writes.locked
+
+    def spy(folder: str) -> Any:
+        locks.append(os.path.relpath(folder, tmp_path))
+        return real(folder)
+
+    monkeypatch.setattr(writes, "locked", spy)
+    keys = ["a/1", "a/2", "a/3", "b/1", "b/2", "a/4", "top"]
+    await store.set_many([(k, k.encode()) for k in keys])
+    assert locks == ["a", "b", "a", "."]
+    assert await store.get_many(keys) == [k.encode() for k in keys]
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TMP_PREFIX)]

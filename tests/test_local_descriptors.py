@@ -10,12 +10,14 @@ close, and that reads answer exactly as the thread path does.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from asyncshard.backends import LocalStore
-from asyncshard.backends.local import descriptors
+from asyncshard.backends.local import deletes, descriptors
 from asyncshard.errors import ConflictError
 from asyncshard.ranges import Range, Suffix
 from asyncshard.store import WOULD_WAIT, GetResult, NowResult
@@ -216,6 +218,43 @@ async def test_writes_copies_and_deletes_through_the_store_free_the_old_file(
             await store.erase_if_match("shard", version)
         assert store._inline.open_count == 0, change
         assert not [p for p in deleted_open_files() if p.startswith(str(tmp_path))], change
+
+
+async def test_kept_descriptors_are_closed_before_the_change_runs(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The descriptor of a file a write, copy or delete replaces is closed before that
+    change starts, while the file is still linked: the change (in its worker thread)
+    then frees the old file's blocks, never a ``close`` on the event loop (10 ms for
+    16 MiB on ext4)."""
+    seen: list[tuple[str, int]] = []
+
+    def spy(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, store._inline.open_count))
+            return real(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(deletes, "unlink_many", spy("erase", deletes.unlink_many))
+    monkeypatch.setattr(deletes, "unlink_if_match", spy("erase_if_match", deletes.unlink_if_match))
+    for name in ("write", "write_batch", "link_batch"):
+        monkeypatch.setattr(store._writer, name, spy(name, getattr(store._writer, name)))
+    changes: dict[str, Callable[[str], Awaitable[object]]] = {
+        "write": lambda _: store.set("shard", blob(7)),
+        "write_batch": lambda _: store.set_many([("shard", blob(7))]),
+        "link_batch": lambda _: store.copy("other", "shard"),
+        "erase": lambda _: store.erase_values(["shard"]),
+        "erase_if_match": lambda version: store.erase_if_match("shard", version),
+    }
+    for name, change in changes.items():
+        version = await store.set("shard", blob(3))
+        await store.set("other", blob(5))
+        answered(store.get_now("shard", Range(0, 8)))
+        assert store._inline.open_count == 1
+        seen.clear()
+        await change(version or "")
+        assert seen == [(name, 0)], name
 
 
 async def test_no_descriptor_leaks_on_unexpected_errors(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -41,6 +40,7 @@ from asyncshard.errors import (
 )
 from asyncshard.fanout import gather_settled
 from asyncshard.keys import dir_prefix, split_dir, validate_key, validate_prefix
+from asyncshard.limits import LoopSemaphores
 from asyncshard.objects import (
     WOULD_WAIT,
     GetResult,
@@ -129,9 +129,7 @@ class Store(ABC):
         self.max_overfetch = max_overfetch
         self.max_concurrency = max_concurrency
         self.stats = StoreStats()
-        self._limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._limits = LoopSemaphores(max_concurrency)
 
     # -- capabilities -------------------------------------------------------------------
 
@@ -244,24 +242,8 @@ class Store(ABC):
     # -- plumbing -----------------------------------------------------------------------
 
     def _limit(self) -> asyncio.Semaphore:
-        """The running event loop's semaphore (``max_concurrency`` calls at a time).
-
-        One per loop, in a ``WeakKeyDictionary`` keyed by the loop, so a store used from
-        several loops (in turn, or at once from several threads) keeps every loop's bound
-        instead of handing out a fresh semaphore on each switch. A semaphore that once
-        made a task wait references its loop, which would keep the entry alive: entries
-        of closed loops are dropped whenever a new loop arrives.
-        """
-        loop = asyncio.get_running_loop()
-        limits = self._limits
-        sem = limits.get(loop)
-        if sem is None:
-            for ref in limits.keyrefs():  # a list copy: safe while other threads insert
-                old = ref()
-                if old is not None and old.is_closed():
-                    limits.pop(old, None)
-            sem = limits.setdefault(loop, asyncio.Semaphore(self.max_concurrency))
-        return sem
+        """The running event loop's semaphore (``max_concurrency`` calls at a time)."""
+        return self._limits.get()
 
     def _count_request(self, kind: str, n: int = 1) -> None:
         """Count ``n`` more requests of ``kind`` sent to the backend.

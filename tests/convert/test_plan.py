@@ -191,6 +191,30 @@ def test_plan_pass_one_writer_per_object_and_every_chunk_once(
         assert readers == dict.fromkeys(stored, 1)
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_flat_to_sharded_packs_each_shard_in_order(data: st.DataObject) -> None:
+    """Flat chunks are grouped by target shard (checked and grouped all at once): one
+    task per shard in shard order, its chunks in chunk order, as a plain loop would."""
+    ndim = data.draw(st.integers(0, 3))
+    shape = data.draw(st.lists(st.integers(1, 30), min_size=ndim, max_size=ndim))
+    chunks = data.draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim))
+    cps = data.draw(st.tuples(*[st.integers(1, 4)] * ndim))
+    src = read_layout(flat_doc(shape, chunks))
+    dst = read_layout(retarget(flat_doc(shape, chunks), cps, Encoding("default", ".")))
+    near = [range(g + 2) for g in src.chunk_grid]  # some out of bounds: ignored
+    stored = data.draw(st.sets(st.tuples(*map(st.sampled_from, near)), max_size=40))
+    tasks, ignored = plan_pass(src, dst, stored)
+    inside = sorted(c for c in stored if src.grid.chunk_in_bounds(c))
+    expected: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    for c in inside:
+        expected.setdefault(dst.grid.object_of(c)[0], []).append(c)
+    assert [(t.kind, t.target, list(t.sources)) for t in tasks] == [
+        ("pack", t, c) for t, c in sorted(expected.items())
+    ]
+    assert ignored == len(stored) - len(inside)
+
+
 def test_plan_pass_resume_marks_existing_targets() -> None:
     flat = flat_doc([40, 40], [10, 10])
     sharded = retarget(flat, (2, 2), Encoding("default", "."))

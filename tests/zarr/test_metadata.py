@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.zarr3.documents import sharded_metadata, unsharded_metadata
-from asyncshard.formats.zarr3.grid import ShardingLayout
+from asyncshard.formats.zarr3.grid import ChunkGrid, ShardingLayout
 from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
 from asyncshard.formats.zarr3.metadata import (
     DRAFT_SHARDING_URI,
@@ -281,6 +283,27 @@ def test_split_chunk_coords_vectorised() -> None:
     scalar = parse_zarr3_array(sharded_zarr_json([], [], [], "uint8"))
     shards, positions = scalar.grid.split_chunk_coords(np.zeros((3, 0), dtype=np.int64))
     assert shards.shape == positions.shape == (3, 0)
+
+
+@given(data=st.data())
+def test_chunks_at_lists_the_present_chunks_inside_the_array(data: st.DataObject) -> None:
+    """The vectorised listing of a shard's chunks equals the per-chunk definition."""
+    ndim = data.draw(st.integers(0, 3))
+    shape = data.draw(st.tuples(*[st.integers(1, 20)] * ndim))
+    chunks = data.draw(st.tuples(*[st.integers(1, 5)] * ndim))
+    cps = data.draw(st.tuples(*[st.integers(1, 4)] * ndim))
+    grid = ChunkGrid(shape, chunks, cps)
+    obj = data.draw(st.tuples(*[st.integers(0, g - 1) for g in grid.object_grid]))
+    mask = np.array(
+        data.draw(st.lists(st.booleans(), min_size=math.prod(cps), max_size=math.prod(cps)))
+    )
+    mask = mask.reshape(cps)
+    expected = [
+        grid.chunk_coords(obj, pos)
+        for pos in itertools.product(*map(range, cps))
+        if mask[pos] and grid.chunk_in_bounds(grid.chunk_coords(obj, pos))
+    ]
+    assert grid.chunks_at(obj, np.argwhere(mask)) == expected
 
 
 def test_sharding_layout_validates_consistency() -> None:

@@ -19,11 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from asyncshard.formats.zarr3.documents import sharded_metadata, unsharded_metadata
 from asyncshard.formats.zarr3.grid import ChunkGrid, ShardingLayout
 from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords
 from asyncshard.formats.zarr3.metadata import is_sharded, parse_zarr3_array
-from asyncshard.formats.zarr3.shard import IndexArray, IndexLayout, chunk_slices, index_byte_range
+from asyncshard.formats.zarr3.shard import IndexArray, IndexLayout, index_byte_range, present_mask
 from asyncshard.ranges import ByteRange, Range, Suffix
 
 __all__ = [
@@ -118,7 +120,7 @@ class ArrayLayout:
         """Number of objects (chunks or shards) along each dimension."""
         return self.grid.object_grid
 
-    @property
+    @functools.cached_property
     def keys(self) -> ChunkKeyEncoding:
         """The key encoder of objects (full keys, with the array prefix)."""
         return replace(self.encoding, prefix=self.prefix)
@@ -146,8 +148,7 @@ class ArrayLayout:
 
     def present_chunks(self, shard: Coords, index: IndexArray) -> list[Coords]:
         """Chunk coordinates of a shard that its decoded ``index`` holds, inside the array."""
-        chunks = (self.grid.chunk_coords(shard, pos) for pos, _, _ in chunk_slices(index))
-        return [c for c in chunks if self.grid.chunk_in_bounds(c)]
+        return self.grid.chunks_at(shard, np.argwhere(present_mask(index)))
 
     def sharding(self) -> ShardingLayout:
         """The :class:`ShardingLayout` of a sharded layout (for :class:`ZarrShardedStore`)."""

@@ -21,6 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES, auto_for_document
 from asyncshard.convert.layout import (
     ArrayLayout,
@@ -32,6 +35,7 @@ from asyncshard.convert.layout import (
     retarget,
 )
 from asyncshard.convert.runner import Task, TaskKind
+from asyncshard.formats.zarr3.grid import ChunkGrid
 from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords, Separator
 
 __all__ = [
@@ -172,7 +176,7 @@ def plan_pass(
     if src.chunk_shape != dst.chunk_shape or src.shape != dst.shape:
         raise ValueError("source and target layouts differ in shape or chunk shape")
     found = sorted(set(src_objects))
-    inside = [o for o in found if src.grid.object_in_bounds(o)]
+    inside = _in_bounds(found, src.object_grid)
     ignored = len(found) - len(inside)
     done = set(dst_objects)
     if src.sharded == dst.sharded and src.cps == dst.cps and src.index == dst.index:
@@ -185,10 +189,8 @@ def plan_pass(
         ]
         return copies + [Task("index", o, ()) for o in inside if o in done], ignored
     if not src.sharded:  # flat -> sharded
-        groups: dict[Coords, list[Coords]] = {}
-        for chunk in inside:
-            groups.setdefault(dst.grid.object_of(chunk)[0], []).append(chunk)
-        return [_target_task("pack", t, tuple(c), done) for t, c in sorted(groups.items())], ignored
+        groups = _group(inside, dst.grid)
+        return [_target_task("pack", t, c, done) for t, c in groups], ignored
     if not dst.sharded:  # sharded -> flat
         tasks: list[Task[Coords]] = []
         for shard in inside:
@@ -204,6 +206,37 @@ def plan_pass(
         for target in _boxes(t_lo, t_hi):
             feeds.setdefault(target, []).append(shard)
     return [_target_task("repack", t, tuple(s), done) for t, s in sorted(feeds.items())], ignored
+
+
+def _in_bounds(objects: list[Coords], grid: Coords) -> list[Coords]:
+    """The ``objects`` (sorted, distinct, each ``len(grid)`` non-negative ints) inside
+    ``grid``; checked all at once (a flat array can have millions)."""
+    if not objects or not grid:
+        return [o for o in objects if all(0 <= c < g for c, g in zip(o, grid, strict=True))]
+    arr = np.array(objects, dtype=np.int64)
+    ok = (arr >= 0) & (arr < np.array(grid, dtype=np.int64))
+    mask: npt.NDArray[np.bool_] = np.all(ok, axis=1)
+    inside: list[bool] = mask.tolist()
+    return objects if all(inside) else list(itertools.compress(objects, inside))
+
+
+def _group(chunks: list[Coords], grid: ChunkGrid) -> list[tuple[Coords, tuple[Coords, ...]]]:
+    """``(object, its chunks)`` for the sorted ``chunks`` grouped into the objects of
+    ``grid``, in object order (chunks keep their order in a group)."""
+    if not chunks:
+        return []
+    if not grid.ndim:  # 0-d: one object
+        return [((), tuple(chunks))]
+    objects, _ = grid.split_chunk_coords(chunks)
+    order = np.lexsort(objects.T[::-1])  # stable: by object, then by chunk
+    ordered = objects[order]
+    starts = np.flatnonzero(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)])
+    ends = [*starts[1:].tolist(), len(chunks)]
+    picks = order.tolist()
+    return [
+        (tuple(ordered[a].tolist()), tuple(chunks[i] for i in picks[a:b]))
+        for a, b in zip(starts.tolist(), ends, strict=True)
+    ]
 
 
 def _target_task(

@@ -113,7 +113,7 @@ class ChunkMover(ABC, Generic[Obj]):
             nread = sum(len(v) for _, v in pairs)
         if not pairs:
             return TaskResult(0, 0, nread, 0)
-        shard = self.build(target, pairs)
+        shard = await asyncio.to_thread(self.build, target, pairs)  # the join frees the GIL
         present = [o for o, _ in pairs]
         pairs.clear()
         await self.store.set(self.target_key(target), shard)
@@ -223,16 +223,19 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     async def _repack(self, task: Task[Coords]) -> TaskResult:
         assert task.target is not None
+        src = self.src
         lo, hi = self.dst.grid.chunk_range(task.target)
-        feeding = set(task.sources)
-        chunks = [
-            c
-            for c in itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True)))
-            if self.src.grid.object_of(c)[0] in feeding
-        ]
-        values = await self.sharded_src.get_partial_values(
-            [(self.src.object_key(c), None) for c in chunks]
-        )
+        feeding = {s: src.object_key(s) for s in task.sources}
+        cps = src.cps
+        chunks: list[Coords] = []
+        located: list[tuple[str, str, Coords]] = []
+        for c in itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))):
+            shard_key = feeding.get(tuple(x // n for x, n in zip(c, cps, strict=True)))
+            if shard_key is not None:
+                chunks.append(c)
+                position = tuple(x % n for x, n in zip(c, cps, strict=True))
+                located.append((src.object_key(c), shard_key, position))
+        values = await self.sharded_src.get_located(located)
         return await self.write_shard(task.target, chunks, values)
 
     async def _copy(self, task: Task[Coords]) -> TaskResult:

@@ -143,6 +143,8 @@ class InlineReads:
 
     def forget(self, keys: Iterable[str]) -> None:
         """Close the descriptors of ``keys`` (deleted or replaced through the store)."""
+        if not self._open:
+            return
         with self._lock:
             for key in keys:
                 self._drop(key)

@@ -24,6 +24,7 @@ from asyncshard.backends.local.files import TEMP_MAX_AGE, is_missing, range_of, 
 from asyncshard.backends.local.root import READ_FLAGS, FolderFds, Root
 from asyncshard.backends.local.writes import FileWriter
 from asyncshard.errors import StoreConfigError
+from asyncshard.limits import LoopSemaphores
 from asyncshard.ranges import ByteRange
 from asyncshard.store import (
     WOULD_WAIT,
@@ -36,6 +37,11 @@ from asyncshard.store import (
 )
 
 T = TypeVar("T")
+
+#: Default ``batch_threads``: as many as cores, between 2 and 4. On 2 cores, 8 batches of
+#: 512 files in the page cache read in 0.35 s with 2 threads, 0.46 s with 6 (the default
+#: executor's); from a cold cache, 2 or 3 threads are also the fastest.
+DEFAULT_BATCH_THREADS = max(2, min(4, os.cpu_count() or 1))
 
 
 class LocalStore(Store):
@@ -53,6 +59,10 @@ class LocalStore(Store):
             worker thread, keeping up to ``open_files`` descriptors of files read in
             part open (see :mod:`.descriptors`); ``False`` where even opening a file may
             be slow (NFS).
+        batch_threads: worker threads reading batches (``get_many``) at once. A batch
+            of files in the page cache is Python work under the GIL, which more threads
+            only fight over (:data:`DEFAULT_BATCH_THREADS`); raise it where each read
+            waits on the network (NFS).
         max_gap, max_request, max_concurrency, max_overfetch: as for every Store.
     """
 
@@ -65,6 +75,7 @@ class LocalStore(Store):
         temp_max_age: float | None = TEMP_MAX_AGE,
         inline_reads: bool = True,
         open_files: int = DEFAULT_OPEN_FILES,
+        batch_threads: int = DEFAULT_BATCH_THREADS,
         **options: Any,
     ):
         super().__init__(**options)
@@ -73,6 +84,7 @@ class LocalStore(Store):
             "temp_max_age": temp_max_age,
             "inline_reads": inline_reads,
             "open_files": open_files,
+            "batch_threads": batch_threads,
             **options,
         }
         self.root = Path(os.path.abspath(root))
@@ -80,6 +92,9 @@ class LocalStore(Store):
         self.temp_max_age = temp_max_age
         if open_files < 0:
             raise ValueError("open_files must be >= 0")
+        if batch_threads <= 0:
+            raise ValueError("batch_threads must be > 0")
+        self._batch_threads = LoopSemaphores(batch_threads)
         self.inline_reads = inline_reads and NOWAIT
         self._root = Root(self.root, repr(self))
         self._inline = InlineReads(self._root, open_files)
@@ -135,9 +150,16 @@ class LocalStore(Store):
         return self._read_open(fd, key, byte_range, if_match, path or key)
 
     def _read_open(
-        self, fd: int, key: str, byte_range: ByteRange | None, if_match: str | None, path: str
+        self,
+        fd: int,
+        key: str,
+        byte_range: ByteRange | None,
+        if_match: str | None,
+        folder: str,
+        name: str = "",
     ) -> GetResult | None:
-        """Read the range of the open file ``fd`` (closed here); ``None`` unless a file."""
+        """Read the range of the open file ``fd`` (closed here); ``None`` unless a file.
+        ``folder`` and ``name`` (when it is not already the whole path) name it in errors."""
         try:
             found = range_of(fd, key, byte_range, if_match)
             if found is None:
@@ -147,6 +169,7 @@ class LocalStore(Store):
         except OSError as exc:
             if is_missing(exc):
                 return None
+            path = os.path.join(folder, name) if name else folder
             raise self._root.error(exc, key, "read", path) from exc
         finally:
             os.close(fd)
@@ -157,7 +180,6 @@ class LocalStore(Store):
             return [self._read_in(key, folders) for key in keys]
 
     def _read_in(self, key: str, folders: FolderFds) -> GetResult | None:
-        root = self._root
         parent, _, name = key.rpartition("/")
         folder, dfd = folders.get(parent, key)
         if dfd is None:
@@ -169,11 +191,12 @@ class LocalStore(Store):
                 return self._read(key, None, None)
             if is_missing(exc):
                 return None
-            raise root.error(exc, key, "read", os.path.join(folder, name)) from exc
-        return self._read_open(fd, key, None, None, os.path.join(folder, name))
+            raise self._root.error(exc, key, "read", os.path.join(folder, name)) from exc
+        return self._read_open(fd, key, None, None, folder, name)
 
     async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
-        return await self._bounded(asyncio.to_thread(self._read_batch, keys))
+        async with self._batch_threads.get():
+            return await self._bounded(asyncio.to_thread(self._read_batch, keys))
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._root.meta, key)
@@ -203,8 +226,12 @@ class LocalStore(Store):
         )
 
     async def _replacing(self, keys: Sequence[str], change: Awaitable[T]) -> T:
-        """Await ``change`` (writes, copies or deletes of ``keys``), then close the kept
-        descriptors of ``keys``: a replaced or deleted file's space is freed at once."""
+        """Await ``change`` (writes, copies or deletes of ``keys``) with no descriptor of
+        ``keys`` kept: a replaced or deleted file's space is freed at once, by the change
+        in its worker thread (closing the last descriptor of a deleted file frees its
+        blocks: 10 ms for 16 MiB on ext4, not a wait for the event loop). Descriptors
+        kept by reads meanwhile are closed afterwards."""
+        self._inline.forget(keys)
         try:
             return await change
         finally:

@@ -103,15 +103,18 @@ class FileWriter:
         """Write ``data`` and a fresh version token to the temp file ``fd`` and close it:
         ``(stat, token)``, the token ``None`` where the file system keeps no user xattrs.
         ``fsync`` when the store is durable, unless ``sync`` is false (a group sync)."""
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
             token: str | None = files.new_token()
-            if not files.set_token(f.fileno(), token or ""):
+            if not files.set_token(fd, token or ""):
                 token = None
             if self.durable and sync:
-                os.fsync(f.fileno())
-            return os.fstat(f.fileno()), token
+                os.fsync(fd)
+            return os.fstat(fd), token
+        finally:
+            os.close(fd)
 
     def _undo(self, staged: Sequence[tuple[str | None, str, list[str]]]) -> None:
         """Remove the temp files not renamed and the folders their writes created."""
@@ -145,17 +148,18 @@ class FileWriter:
                 versions.append(meta_of(key, st, token).version)
             if group_sync and staged:
                 files.sync_file_system(os.path.dirname(staged[0][2]))
-            for renamed in range(len(staged)):
-                key, tmp, path, _ = staged[renamed]
-                with locked(os.path.dirname(path)) as dfd:  # as every write
+            while renamed < len(staged):  # each folder's run of objects under one lock
+                key, _, path, _ = staged[renamed]
+                folder = os.path.dirname(path)
+                with locked(folder) as dfd:  # as every write
                     root.check_opened(dfd, key, close=False)
-                    os.replace(
-                        os.path.basename(tmp),
-                        os.path.basename(path),
-                        src_dir_fd=dfd,
-                        dst_dir_fd=dfd,
-                    )
-            renamed = len(staged)
+                    while renamed < len(staged):
+                        key, tmp, path, _ = staged[renamed]
+                        head, name = os.path.split(path)
+                        if head != folder:
+                            break
+                        os.replace(os.path.basename(tmp), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                        renamed += 1
         except BaseException as exc:
             self._undo([(t, os.path.dirname(p), c) for _, t, p, c in staged[renamed:]])
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):

@@ -34,6 +34,12 @@ _INT64_END = 2**63
 
 
 def _checked(coords: CoordsLike, ndim: int, what: str) -> Coords:
+    if (  # the common case, checked fast
+        type(coords) is tuple
+        and len(coords) == ndim
+        and all(type(c) is int and c >= 0 for c in coords)
+    ):
+        return coords
     try:
         out = tuple(operator.index(c) for c in coords)
     except TypeError:
@@ -87,8 +93,9 @@ class ChunkGrid:
     def object_of(self, chunk: CoordsLike) -> tuple[Coords, Coords]:
         """``(object coords, position in the object)`` of the chunk at ``chunk``."""
         c = _checked(chunk, self.ndim, "chunk coords")
-        pairs = [divmod(x, n) for x, n in zip(c, self.per_object, strict=True)]
-        return tuple(q for q, _ in pairs), tuple(r for _, r in pairs)
+        per = self.per_object
+        objects = tuple(x // n for x, n in zip(c, per, strict=True))
+        return objects, tuple(x % n for x, n in zip(c, per, strict=True))
 
     def place(self, chunk: Coords) -> tuple[Coords, Coords, bool]:
         """``(object coords, position in the object, inside the array)`` of a parsed
@@ -122,6 +129,15 @@ class ChunkGrid:
             for a, n, g in zip(lo, self.per_object, self.chunk_grid, strict=True)
         )
         return lo, hi
+
+    def chunks_at(self, obj: CoordsLike, positions: npt.NDArray[np.intp]) -> list[Coords]:
+        """Chunk coords of the ``positions`` (rows: positions in object ``obj``, as
+        ``np.argwhere`` gives them) that overlap the array, in their order."""
+        o = np.array(_checked(obj, self.ndim, "shard coords"), dtype=np.int64)
+        rows = positions.reshape(len(positions), self.ndim)
+        coords = rows + o * np.array(self.per_object, dtype=np.int64)
+        inside = (coords < np.array(self.chunk_grid, dtype=np.int64)).all(axis=1)
+        return [tuple(c) for c in coords[inside].tolist()]
 
     def extent(self, obj: CoordsLike) -> Coords:
         """Chunks of the object inside the array, along each dimension (0 outside)."""

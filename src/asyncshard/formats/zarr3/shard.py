@@ -338,20 +338,20 @@ def _checked_position(pos: object, cps: tuple[int, ...]) -> tuple[int, ...]:
     return out
 
 
-def _write_order(
-    positions: list[tuple[int, ...]], cps: tuple[int, ...], order: Literal["morton", "C"]
-) -> list[int]:
-    """Indices into ``positions`` in the order their data is written."""
-    if not cps:
-        return list(range(len(positions)))
-    linear = np.ravel_multi_index(tuple(np.array(positions, dtype=np.intp).T), cps)
-    if order == "morton":
-        keys = morton_rank(cps)[linear]
-    elif order == "C":
-        keys = linear
-    else:
-        raise ValueError(f"order must be 'morton' or 'C', got {order!r}")
-    return [int(i) for i in np.argsort(keys, kind="stable")]
+def _linear_positions(positions: list[Any], cps: tuple[int, ...]) -> npt.NDArray[np.intp]:
+    """The C-order linear index of each chunk position (validated, all at once)."""
+    ndim = len(cps)
+    if not all(type(p) is tuple and len(p) == ndim for p in positions) or not all(
+        type(x) is int for p in positions for x in p
+    ):  # not plain tuples of Python ints: check each (numpy ints are fine, bools are not)
+        positions = [_checked_position(p, cps) for p in positions]
+    if not ndim:
+        return np.zeros(len(positions), dtype=np.intp)
+    arr = np.array(positions, dtype=np.int64).reshape(len(positions), ndim)
+    bad = ((arr < 0) | (arr >= np.array(cps, dtype=np.int64))).any(axis=1)
+    if bad.any():
+        _checked_position(positions[int(np.argmax(bad))], cps)  # raises with the position
+    return np.asarray(np.ravel_multi_index(tuple(arr.T), cps), dtype=np.intp)
 
 
 def encode_shard(
@@ -370,18 +370,24 @@ def encode_shard(
     if not chunks:
         raise ValueError("no chunks to encode: delete the shard instead of writing it empty")
     cps = layout.chunks_per_shard
-    positions = [_checked_position(p, cps) for p in chunks]
-    if len(set(positions)) != len(positions):
+    linear = _linear_positions(list(chunks), cps)
+    ordered = np.sort(linear)
+    if (ordered[1:] == ordered[:-1]).any():
         raise ValueError("duplicate chunk positions")
+    if order == "morton":
+        written = np.argsort(morton_rank(cps)[linear], kind="stable") if cps else linear
+    elif order == "C":
+        written = np.argsort(linear, kind="stable")
+    else:
+        raise ValueError(f"order must be 'morton' or 'C', got {order!r}")
     values = [_as_view(v) for v in chunks.values()]
-    index = empty_index(layout)
-    offset = layout.index_nbytes if layout.location == "start" else 0
-    parts: list[memoryview] = []
-    for i in _write_order(positions, cps, order):
-        index[positions[i]] = (offset, values[i].nbytes)
-        offset += values[i].nbytes
-        parts.append(values[i])
-    index_bytes = encode_index(index, layout)
+    parts = [values[i] for i in written.tolist()]
+    sizes = np.fromiter((v.nbytes for v in parts), dtype=np.uint64, count=len(parts))
+    start = layout.index_nbytes if layout.location == "start" else 0
+    index = empty_index(layout).reshape(-1, 2)
+    index[linear[written], 0] = np.cumsum(sizes) - sizes + np.uint64(start)
+    index[linear[written], 1] = sizes
+    index_bytes = encode_index(index.reshape(*cps, 2), layout)
     if layout.location == "start":
         return b"".join([memoryview(index_bytes), *parts])
     return b"".join([*parts, memoryview(index_bytes)])

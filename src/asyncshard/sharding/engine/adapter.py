@@ -200,6 +200,16 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         self.stats.bytes_returned += sum(len(v) for v in out if v is not None)
         return out
 
+    async def get_located(self, chunks: Sequence[tuple[str, str, C]]) -> builtins.list[Data | None]:
+        """Whole chunks whose place the caller knows: ``(key, shard key, chunk)`` each,
+        as :meth:`route` would find them (a converter planning by grid coordinates);
+        read as :meth:`get_partial_values` reads chunks, without parsing their keys."""
+        self._count("get", (k for k, _, _ in chunks))
+        reads = [ChunkRead(k, s, c, None, None) for k, s, c in chunks]
+        out = [None if r is None else r.data for r in await self.reads.read_many(reads)]
+        self.stats.bytes_returned += sum(len(v) for v in out if v is not None)
+        return out
+
     async def _head(self, key: str) -> ObjectMeta | None:
         loc = self.format.locate(key)
         if loc is None:
