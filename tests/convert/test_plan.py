@@ -100,14 +100,18 @@ def test_resolve_target_flat_to_sharded_flips_separator_and_keeps_codecs() -> No
     assert resolve_target(doc, Request(None)) is None  # unsharding a flat array: no-op
 
 
-def test_resolve_target_resharding_keeps_encoding() -> None:
+def test_resolve_target_resharding_flips_the_separator_unless_asked() -> None:
+    """One pass by default (keys disjoint from the current ones); the current
+    separator kept only when asked, which takes two passes."""
     sharded = retarget(flat_doc([100, 60], [10, 10]), (4, 4), Encoding("default", "."))
     target = resolve_target(sharded, Request((2, 3)))
     assert target is not None
     assert read_layout(target).chunks_per_shard == (2, 3)
-    assert read_layout(target).encoding == Encoding("default", ".")
-    forced = resolve_target(sharded, Request((2, 3), separator="/"))
-    assert forced is not None and read_layout(forced).encoding == Encoding("default", "/")
+    assert read_layout(target).encoding == Encoding("default", "/")
+    assert len(plan_passes(sharded, target)) == 1
+    kept = resolve_target(sharded, Request((2, 3), separator="."))
+    assert kept is not None and read_layout(kept).encoding == Encoding("default", ".")
+    assert len(plan_passes(sharded, kept)) == 2
 
 
 def test_plan_passes_one_or_two() -> None:
@@ -115,7 +119,7 @@ def test_plan_passes_one_or_two() -> None:
     sharded = resolve_target(flat, Request(4))
     assert sharded is not None
     assert len(plan_passes(flat, sharded)) == 1
-    resharded = resolve_target(sharded, Request(2))
+    resharded = resolve_target(sharded, Request(2, separator="."))  # keys kept
     assert resharded is not None
     passes = plan_passes(sharded, resharded)
     assert len(passes) == 2

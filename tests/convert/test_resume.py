@@ -25,7 +25,7 @@ from tests.convert.helpers import Crash, CrashingStore, assert_readable, make_ar
 Step = Callable[[Store], Awaitable[ConversionSummary]]
 STEPS: list[tuple[str, Step]] = [
     ("shard 2", lambda s: shard_store_async(s, 2, max_in_flight=2)),
-    ("reshard 3x1", lambda s: reshard_async(s, (3, 1), max_in_flight=2)),
+    ("reshard 3x1", lambda s: reshard_async(s, (3, 1), separator=".", max_in_flight=2)),
     ("unshard", lambda s: unshard_store_async(s, max_in_flight=2)),
 ]
 
@@ -103,13 +103,15 @@ async def test_crash_in_the_second_pass_of_a_reshard(tmp_path: Path) -> None:
     await shard_store_async(LocalStore(arr), 2)  # keys c.i.j
     with pytest.raises(Crash):  # pass 1 writes c/i/j, pass 2 copies them back to c.i.j
         await reshard_async(
-            CrashingStore(LocalStore(arr), puts=2, match=lambda k: k.startswith("c.")), 4
+            CrashingStore(LocalStore(arr), puts=2, match=lambda k: k.startswith("c.")),
+            4,
+            separator=".",  # keys kept: two passes
         )
     doc = json.loads((arr / "zarr.json").read_text())
     assert doc["chunk_key_encoding"]["configuration"]["separator"] == "/"  # the midpoint
     assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [24, 24]
     assert_readable(arr, data)
-    summary = await reshard_async(LocalStore(arr), 4)
+    summary = await reshard_async(LocalStore(arr), 4, separator=".")
     assert summary.arrays[0].resumed and summary.arrays[0].objects_written == 2
     doc = json.loads((arr / "zarr.json").read_text())
     assert doc["chunk_key_encoding"]["configuration"]["separator"] == "."

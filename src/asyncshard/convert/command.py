@@ -286,8 +286,8 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
 _SEPARATOR = click.option(
     "--separator",
     type=click.Choice(["/", "."]),
-    help="Key separator of the result (default: flips between flat and sharded, "
-    "kept when resharding).",
+    help="Key separator of the result (default: the other one, in one pass; keeping "
+    "the current one takes a reshard two passes).",
 )
 _INDEX = click.option(
     "--index-location",

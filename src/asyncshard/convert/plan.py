@@ -76,8 +76,8 @@ class Request:
     ``shard_shape``: chunks per shard (an int for every axis), ``"auto"`` (chosen per
     array for shards of ``shard_bytes`` decoded bytes, :mod:`.autoshape`) or ``None``
     for flat.
-    ``separator``: force the key separator of the result (``None``: flat <-> sharded
-    changes it, one pass; sharded -> sharded keeps it, two passes).
+    ``separator``: force the key separator of the result (``None``: the other one, one
+    pass; the current one when resharding takes two passes).
     ``index_location``/``checksum``: ``None`` keeps the current ones (a flat array gets
     ``end`` with crc32c).
     """
@@ -133,10 +133,8 @@ def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] |
             return None
     if request.separator is not None:
         encoding = ChunkKeyEncoding(cur.encoding.kind, request.separator)
-    elif cur.sharded and cps is not None:
-        encoding = cur.encoding  # resharding keeps the keys' look (two passes)
     else:
-        encoding = partner(cur.encoding, cur.ndim)  # flat <-> sharded: one pass
+        encoding = partner(cur.encoding, cur.ndim)  # keys disjoint from the current: one pass
     return retarget(doc, cps, encoding, index_location=index_location, checksum=checksum)
 
 

@@ -22,12 +22,12 @@ Zarr readers (zarr-python, tensorstore) follow ``chunk_key_encoding`` in ``zarr.
 so the change is invisible to them, and it costs nothing: one read and one write of
 every byte.
 
-* ``flat <-> sharded`` is one pass and flips the separator; sharding then unsharding
-  gives back the original keys and bytes exactly.
-* ``sharded -> sharded`` (another shard shape or index) keeps the separator by default,
-  which takes two passes: the new shards under the other separator, then a verbatim
-  copy back (two reads and writes of every byte). Pass ``separator=`` to choose the
-  separator yourself; one that differs from the current one needs a single pass.
+* Every conversion flips the separator by default, in one pass: flat <-> sharded, and
+  sharded -> sharded (another shard shape or index). Sharding then unsharding gives
+  back the original keys and bytes exactly.
+* ``separator=`` the current separator keeps the keys, which a reshard can only do in
+  two passes: the new shards under the other separator, then a verbatim copy back
+  (a hard link locally, a server-side copy on S3).
 
 A pass
 ------
