@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -68,10 +70,18 @@ def _origin(doc: Mapping[str, Any], ndim: int) -> Coords:
     return tuple(raw)
 
 
+@functools.lru_cache(maxsize=32)
+def _plain_vector_key(ndim: int) -> re.Pattern[str]:
+    """``ndim`` ``.``-joined ASCII decimal integers: the keys zarr-vectors writes."""
+    return re.compile(r"-?[0-9]+(?:\.-?[0-9]+)" + f"{{{ndim - 1}}}")
+
+
 def _vector_key(key: str, ndim: int) -> bool:
     """Whether ``key`` parses as zarr-vectors does (``int`` of every ``.`` part)."""
     if ndim == 0:
         return key == ""
+    if _plain_vector_key(ndim).fullmatch(key):  # the common form, without a split
+        return True
     parts = key.split(".")
     if len(parts) != ndim:
         return False

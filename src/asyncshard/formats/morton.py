@@ -25,6 +25,7 @@ __all__ = [
     "decode_morton_codes",
     "morton_bits",
     "morton_code",
+    "morton_code_inside",
     "morton_codes",
     "morton_order",
     "morton_rank",
@@ -61,13 +62,41 @@ def _check_inside(pos: Sequence[int], shape: tuple[int, ...]) -> None:
         raise ValueError(f"grid position {tuple(pos)} is outside the grid {shape}")
 
 
+@lru_cache(maxsize=256)
+def _byte_tables(shape: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Per dimension, per byte of a coordinate: the code bits each byte value gives (so
+    a code is a few table lookups instead of a loop over every bit)."""
+    where = {bit: j for j, bit in enumerate(_plan(shape))}  # (dimension, bit) -> code bit
+    return tuple(
+        tuple(
+            tuple(
+                sum(
+                    1 << where[d, 8 * k + b]
+                    for b in range(8)
+                    if v >> b & 1 and (d, 8 * k + b) in where
+                )
+                for v in range(256)
+            )
+            for k in range(-(-bits // 8))
+        )
+        for d, bits in enumerate(morton_bits(shape))
+    )
+
+
 def morton_code(pos: Sequence[int], shape: Sequence[int]) -> int:
     """The code of one grid position (Python ints; no numpy on this path)."""
     grid = _shape(shape)
     _check_inside(pos, grid)
+    return morton_code_inside(pos, grid)
+
+
+def morton_code_inside(pos: Sequence[int], shape: tuple[int, ...]) -> int:
+    """:func:`morton_code` of a position the caller checked lies inside ``shape``."""
     code = 0
-    for j, (d, i) in enumerate(_plan(grid)):
-        code |= ((pos[d] >> i) & 1) << j
+    for p, tables in zip(pos, _byte_tables(shape), strict=True):
+        for table in tables:
+            code |= table[p & 255]
+            p >>= 8
     return code
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from asyncshard.errors import InvalidMetadataError
-from asyncshard.formats.morton import decode_morton, morton_code
+from asyncshard.formats.morton import decode_morton, morton_code_inside
 from asyncshard.formats.precomputed.spec import (
     ShardingSpec,
     U64Array,
@@ -272,7 +272,7 @@ class Scale:
 
     def chunk_id(self, grid_pos: Sequence[int]) -> int:
         """Sharded chunk id of a grid position: its compressed Morton code."""
-        return morton_code(self._check_pos(grid_pos), self.grid_shape)
+        return morton_code_inside(self._check_pos(grid_pos), self.grid_shape)
 
     def grid_pos_of(self, chunk_id: int) -> GridPos:
         """Grid position of a chunk id; ``ValueError`` if no chunk of this scale has that id."""
