@@ -342,34 +342,51 @@ async def test_links_leading_outside_are_not_listed(tmp_path: Path) -> None:
 # -- resolving paths ----------------------------------------------------------------------
 
 
-def _count_realpath(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    calls: list[str] = []
-    real = os.path.realpath
+def _count_lookups(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    """Record the paths given to ``realpath`` and to ``lstat``."""
+    realpaths: list[str] = []
+    lstats: list[str] = []
+    real, lstat = os.path.realpath, os.lstat
 
-    def counting(path: str | os.PathLike[str], **kw: bool) -> str:
-        calls.append(os.fspath(path))
+    def counting_realpath(path: str | os.PathLike[str], **kw: bool) -> str:
+        realpaths.append(os.fspath(path))
         return real(path, **kw)
 
-    monkeypatch.setattr(os.path, "realpath", counting)
-    return calls
+    def counting_lstat(path: Any, **kw: Any) -> os.stat_result:
+        lstats.append(os.fspath(path) if not isinstance(path, int) else str(path))
+        return lstat(path, **kw)
+
+    monkeypatch.setattr(os.path, "realpath", counting_realpath)
+    monkeypatch.setattr(os, "lstat", counting_lstat)
+    return realpaths, lstats
 
 
 async def test_root_is_resolved_once_and_keys_once_per_operation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Keys are resolved below the root, which is resolved once: no lookup of the
+    folders above it, one ``lstat`` per key component, ``realpath`` only for links."""
     store = LocalStore(tmp_path / "lazy" / "root")
     assert await store.get("k") is None  # the root does not exist yet
     version = await store.set("a/k", b"1")  # creates it
     assert await store.get("a/k") == b"1"  # resolves the root, now that it exists
-    calls = _count_realpath(monkeypatch)
+    realpaths, lstats = _count_lookups(monkeypatch)
     version = await store.set("a/k", b"2", if_match=version)
     await store.set("a/k", b"3")
     assert await store.get("a/k") == b"3"
     assert await store.head("a/k") is not None
-    # one per write and head; none for the read, which checks the file it opened through
-    # /proc/self/fd instead (on Linux); the root never again
-    assert len(calls) == (3 if os.path.isdir("/proc/self/fd") else 4), calls
-    assert str(store.root) not in calls
+    assert realpaths == []
+    root = str(store.root)
+    resolved = [p for p in lstats if p in (f"{root}/a", f"{root}/a/k")]
+    # two components per write and head; none for the read, which checks the file it
+    # opened through /proc/self/fd instead (on Linux); nothing at or above the root
+    assert len(resolved) == (6 if os.path.isdir("/proc/self/fd") else 8), lstats
+    assert not [p for p in lstats if not p.startswith(root + "/")], lstats
+    (store.root / "link").symlink_to(store.root / "a")  # a link inside: an alias
+    assert await store.get("link/k") == b"3"
+    meta = await store.head("link/k")
+    assert meta is not None and meta.size == 1
+    assert realpaths == [f"{root}/link/k"]
 
 
 async def test_store_through_a_linked_root(tmp_path: Path) -> None:

@@ -57,7 +57,28 @@ class Root:
         return real
 
     def resolve(self, key: str) -> str:
-        """The real path of ``key``; refuses any path that resolves outside the root."""
+        """The real path of ``key``; refuses any path that resolves outside the root.
+
+        Only the key's own folders are looked at (the root is resolved once): one
+        ``lstat`` per component of the key, none for the folders above the root. A
+        component that is a link, or that a link replaced, takes the full ``realpath``.
+        """
+        root = self.real()
+        path = root.rstrip(os.sep)
+        parts = key.split("/")
+        for i, part in enumerate(parts):
+            step = f"{path}{os.sep}{part}"
+            try:
+                st = os.lstat(step)
+            except OSError:  # missing (or not a folder): nothing below it is a link
+                return os.path.join(step, *parts[i + 1 :])
+            if stat.S_ISLNK(st.st_mode):
+                return self._resolve_links(key)
+            path = step
+        return path
+
+    def _resolve_links(self, key: str) -> str:
+        """:meth:`resolve` of a key whose path holds a link: ``realpath``, checked."""
         root = self.real()
         try:
             real = os.path.realpath(os.path.join(root, key))
