@@ -45,6 +45,7 @@ CATEGORIES: list[tuple[str, frozenset[str]]] = [
             {
                 "FileWriter._create_temp",
                 "FileWriter._write_data",
+                "locked",
                 "FileWriter.write",
                 "FileWriter.write_batch",
                 "FileWriter.link",
@@ -54,7 +55,12 @@ CATEGORIES: list[tuple[str, frozenset[str]]] = [
             }
         ),
     ),
-    ("kernel: read", frozenset({"LocalStore._read", "open_no_follow"})),
+    (
+        "kernel: read",
+        frozenset(
+            {"LocalStore._read", "LocalStore._read_open", "LocalStore._read_in", "open_no_follow"}
+        ),
+    ),
     ("kernel: list", frozenset({"walk", "_entries"})),
     (
         "shard build/split (copies)",
