@@ -629,6 +629,17 @@ async def test_batch_reads_run_in_at_most_batch_threads(
     assert got == [[bytes([i]), None] for i in range(8)]
     assert peak == 2
     assert store.open_options["batch_threads"] == 2
+    # a cancelled batch keeps its thread, and its place, until the thread ends
+    peak = 0
+    first = asyncio.ensure_future(store.get_many(["k0"]))
+    second = asyncio.ensure_future(store.get_many(["k1"]))
+    await asyncio.sleep(0.02)
+    first.cancel()
+    third = asyncio.ensure_future(store.get_many(["k2"]))
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await second == [bytes([1])] and await third == [bytes([2])]
+    assert peak == 2
     with pytest.raises(ValueError, match="batch_threads"):
         LocalStore(tmp_path, batch_threads=0)
     opened = open_store(tmp_path.as_uri(), batch_threads=3)

@@ -229,3 +229,15 @@ def test_plan_pass_resume_marks_existing_targets() -> None:
     assert kinds == {(0, 0): "index", (0, 1): "pack", (1, 0): "pack", (1, 1): "pack"}
     back, _ = plan_pass(dst, src, [(0, 0), (1, 1)], [(0, 0), (0, 1), (3, 3)])
     assert [t.existing for t in back] == [((0, 0), (0, 1)), ((3, 3),)]
+
+
+def test_a_stray_key_beyond_int64_is_ignored() -> None:
+    """An object key whose coordinates do not fit int64 (the key syntax allows 20
+    digits) is outside the array: ignored, as any other stray object."""
+    flat = flat_doc([40, 40], [10, 10])
+    src = read_layout(flat)
+    dst = read_layout(retarget(flat, (2, 2), Encoding("default", ".")))
+    stray = (99_999_999_999_999_999_999, 0)
+    tasks, ignored = plan_pass(src, dst, [(0, 0), (1, 3), stray])
+    assert ignored == 1
+    assert [(t.target, t.sources) for t in tasks] == [((0, 0), ((0, 0),)), ((0, 1), ((1, 3),))]

@@ -259,7 +259,10 @@ def test_manifest_of_chunk_keys_keeps_its_form(tmp_path: Path) -> None:
     assert meta(arr)["attributes"][MANIFEST_ATTRIBUTE] == stored
 
 
-@pytest.mark.parametrize("value", [["c/0/0", "0.1"], ["x.1"], "0.1", [[0, 1]], ["0.1.2"]])
+@pytest.mark.parametrize(
+    "value",
+    [["c/0/0", "0.1"], ["x.1"], "0.1", [[0, 1]], ["0.1.2"], ["0." + "1" * 5000]],  # no int()
+)
 def test_manifest_in_an_unknown_form_is_left_alone(tmp_path: Path, value: Any) -> None:
     """Neither form (mixed, not integers, not a list, wrong arity): untouched, warned
     about, and the report says so; rebuilding refuses too."""

@@ -340,6 +340,8 @@ def test_encode_shard_rejects_bad_input() -> None:
         encode_shard({(0, 1.0): b"x"}, layout)  # type: ignore[type-var]
     with pytest.raises(ValueError, match="ints"):
         encode_shard({(0, 0): b"x", (True, 0): b"y"}, layout)
+    with pytest.raises(ValueError, match="outside"):  # beyond int64: the same error
+        encode_shard({(0, 0): b"x", (0, 2**70): b"y"}, layout)
     with pytest.raises(ValueError, match=r"\(1, 5\) is outside"):
         encode_shard({(0, 0): b"x", (1, 5): b"y"}, layout)  # the first bad one named
     numpy_keys = {(np.int32(1), np.uint8(1)): b"y", (0, 0): b"x"}

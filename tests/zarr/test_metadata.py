@@ -306,6 +306,13 @@ def test_chunks_at_lists_the_present_chunks_inside_the_array(data: st.DataObject
     assert grid.chunks_at(obj, np.argwhere(mask)) == expected
 
 
+def test_chunks_at_the_end_of_the_largest_grid() -> None:
+    """Positions past an edge shard are dropped before any sum that could overflow."""
+    grid = ChunkGrid((2**63 - 1,), (1,), (3,))
+    last = (grid.object_grid[0] - 1,)
+    assert grid.chunks_at(last, np.array([[0], [1], [2]])) == [(2**63 - 2,)]
+
+
 def test_sharding_layout_validates_consistency() -> None:
     index = IndexLayout((2, 2))
     with pytest.raises(InvalidMetadataError):

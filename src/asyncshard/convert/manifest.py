@@ -23,6 +23,7 @@ import asyncio
 import copy
 import functools
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -80,8 +81,9 @@ def _vector_key(key: str, ndim: int) -> bool:
     """Whether ``key`` parses as zarr-vectors does (``int`` of every ``.`` part)."""
     if ndim == 0:
         return key == ""
-    if _plain_vector_key(ndim).fullmatch(key):  # the common form, without a split
-        return True
+    limit = sys.get_int_max_str_digits()  # int() refuses longer numbers
+    if (not limit or len(key) <= limit) and _plain_vector_key(ndim).fullmatch(key):
+        return True  # the common form, without a split
     parts = key.split(".")
     if len(parts) != ndim:
         return False

@@ -209,9 +209,16 @@ def plan_pass(
 def _in_bounds(objects: list[Coords], grid: Coords) -> list[Coords]:
     """The ``objects`` (sorted, distinct, each ``len(grid)`` non-negative ints) inside
     ``grid``; checked all at once (a flat array can have millions)."""
+
+    def inside_one(obj: Coords) -> bool:
+        return all(0 <= c < g for c, g in zip(obj, grid, strict=True))
+
     if not objects or not grid:
-        return [o for o in objects if all(0 <= c < g for c, g in zip(o, grid, strict=True))]
-    arr = np.array(objects, dtype=np.int64)
+        return [o for o in objects if inside_one(o)]
+    try:
+        arr = np.array(objects, dtype=np.int64)
+    except OverflowError:  # a stray key with a coordinate beyond int64: outside anyway
+        return [o for o in objects if inside_one(o)]
     ok = (arr >= 0) & (arr < np.array(grid, dtype=np.int64))
     mask: npt.NDArray[np.bool_] = np.all(ok, axis=1)
     inside: list[bool] = mask.tolist()

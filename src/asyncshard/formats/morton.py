@@ -90,10 +90,10 @@ def morton_code(pos: Sequence[int], shape: Sequence[int]) -> int:
     return morton_code_inside(pos, grid)
 
 
-def morton_code_inside(pos: Sequence[int], shape: tuple[int, ...]) -> int:
+def morton_code_inside(pos: Sequence[int], shape: Sequence[int]) -> int:
     """:func:`morton_code` of a position the caller checked lies inside ``shape``."""
     code = 0
-    for p, tables in zip(pos, _byte_tables(shape), strict=True):
+    for p, tables in zip(pos, _byte_tables(tuple(shape)), strict=True):
         for table in tables:
             code |= table[p & 255]
             p >>= 8

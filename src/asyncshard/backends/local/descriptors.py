@@ -15,7 +15,8 @@ missing). A reused descriptor thus costs a ``stat`` and a ``preadv`` instead of
 ``open``, the root check, ``fstat``, ``getxattr``, ``preadv`` and ``close``. Files read
 whole are not kept (a flat chunk is rarely read twice soon). A file deleted or replaced
 by another process stays open until its key is read again or it leaves the LRU; writes,
-copies and deletes through the store close it once they are done.
+copies and deletes through the store close it before they start (so the change frees a
+deleted file's blocks in its worker thread) and again once they are done.
 """
 
 from __future__ import annotations

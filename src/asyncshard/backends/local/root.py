@@ -1,8 +1,9 @@
 """The root folder of a LocalStore: keys to paths, confined to the root.
 
-Every key is resolved (``realpath``) and refused unless it lies inside the root, and
-every descriptor opened for a key is checked again through ``/proc/self/fd``, so a path
-swapped for a link after it was resolved cannot lead outside.
+Every key is resolved below the root (links by ``realpath``) and refused unless it lies
+inside the root, and every descriptor opened for a key is checked again through
+``/proc/self/fd``, so a path swapped for a link after it was resolved cannot lead
+outside.
 """
 
 from __future__ import annotations

@@ -133,11 +133,12 @@ class ChunkGrid:
     def chunks_at(self, obj: CoordsLike, positions: npt.NDArray[np.intp]) -> list[Coords]:
         """Chunk coords of the ``positions`` (rows: positions in object ``obj``, as
         ``np.argwhere`` gives them) that overlap the array, in their order."""
-        o = np.array(_checked(obj, self.ndim, "shard coords"), dtype=np.int64)
+        lo, _ = self.chunk_range(obj)
         rows = positions.reshape(len(positions), self.ndim)
-        coords = rows + o * np.array(self.per_object, dtype=np.int64)
-        inside = (coords < np.array(self.chunk_grid, dtype=np.int64)).all(axis=1)
-        return [tuple(c) for c in coords[inside].tolist()]
+        rows = rows[(rows < np.array(self.extent(obj), dtype=np.int64)).all(axis=1)]
+        return [  # offsets added in Python ints: no int64 overflow at the grid's end
+            tuple(p + a for p, a in zip(row, lo, strict=True)) for row in rows.tolist()
+        ]
 
     def extent(self, obj: CoordsLike) -> Coords:
         """Chunks of the object inside the array, along each dimension (0 outside)."""

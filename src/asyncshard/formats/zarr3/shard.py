@@ -347,7 +347,12 @@ def _linear_positions(positions: list[Any], cps: tuple[int, ...]) -> npt.NDArray
         positions = [_checked_position(p, cps) for p in positions]
     if not ndim:
         return np.zeros(len(positions), dtype=np.intp)
-    arr = np.array(positions, dtype=np.int64).reshape(len(positions), ndim)
+    try:
+        arr = np.array(positions, dtype=np.int64).reshape(len(positions), ndim)
+    except OverflowError:  # a position beyond int64 is outside: the plain check names it
+        for p in positions:
+            _checked_position(p, cps)
+        raise
     bad = ((arr < 0) | (arr >= np.array(cps, dtype=np.int64))).any(axis=1)
     if bad.any():
         _checked_position(positions[int(np.argmax(bad))], cps)  # raises with the position
