@@ -133,9 +133,10 @@ class ChunkGrid:
     def chunks_at(self, obj: CoordsLike, positions: npt.NDArray[np.intp]) -> list[Coords]:
         """Chunk coords of the ``positions`` (rows: positions in object ``obj``, as
         ``np.argwhere`` gives them) that overlap the array, in their order."""
-        lo, _ = self.chunk_range(obj)
+        lo, hi = self.chunk_range(obj)
+        extent = np.array([b - a for a, b in zip(lo, hi, strict=True)], dtype=np.int64)
         rows = positions.reshape(len(positions), self.ndim)
-        rows = rows[(rows < np.array(self.extent(obj), dtype=np.int64)).all(axis=1)]
+        rows = rows[(rows < extent).all(axis=1)]
         return [  # offsets added in Python ints: no int64 overflow at the grid's end
             tuple(p + a for p, a in zip(row, lo, strict=True)) for row in rows.tolist()
         ]
