@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,6 +34,29 @@ def test_any_text_is_accepted_only_when_clean(key: str) -> None:
     parts = key.split("/")
     assert key and not key.startswith("/") and "\\" not in key and "\x00" not in key
     assert all(p not in ("", ".", "..") for p in parts)
+
+
+def _clean(key: str) -> bool:
+    return (
+        bool(key)
+        and not key.startswith("/")
+        and "\\" not in key
+        and "\x00" not in key
+        and all(p not in ("", ".", "..") for p in key.split("/"))
+    )
+
+
+def test_every_short_key_over_the_path_alphabet() -> None:
+    """Every key of up to 6 characters from ``a . / \\ NUL``: accepted exactly when clean
+    (the substring fast path and the segment checks agree)."""
+    alphabet = "a./\\\x00"
+    for key in ("".join(k) for n in range(7) for k in itertools.product(alphabet, repeat=n)):
+        try:
+            validate_key(key)
+            accepted = True
+        except InvalidKeyError:
+            accepted = False
+        assert accepted == _clean(key), repr(key)
 
 
 @pytest.mark.parametrize(

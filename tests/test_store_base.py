@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from asyncshard.buffers import unwrapped
 from asyncshard.errors import ConflictError
 from asyncshard.ranges import ByteRange
 from asyncshard.store import GetResult, ObjectMeta, Store, retry_on_conflict
@@ -165,3 +166,13 @@ async def test_retries_end_after_the_attempts_and_the_patience() -> None:
     with pytest.raises(ConflictError):  # no patience: the attempt count alone
         await retry_on_conflict(attempt, "k", attempts=4, patience=0)
     assert tries == 4
+
+
+def test_unwrapped_gives_the_viewed_bytes_only_when_whole() -> None:
+    data = b"0123456789"
+    assert unwrapped(memoryview(data)) is data
+    assert unwrapped(data) is data
+    part = memoryview(data)[2:5]
+    assert unwrapped(part) is part, "a part is not the whole object"
+    other = memoryview(bytearray(data))
+    assert unwrapped(other) is other, "only bytes are unwrapped"

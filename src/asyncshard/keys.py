@@ -9,6 +9,17 @@ from asyncshard.errors import InvalidKeyError
 
 def validate_key(key: str) -> str:
     """Return ``key`` if it is a clean relative path, else raise ``InvalidKeyError``."""
+    if (  # the common case, in a few substring scans; the checks below name the fault
+        type(key) is str
+        and key
+        and key[0] not in "/."
+        and key[-1] != "/"
+        and "//" not in key
+        and "/." not in key
+        and "\\" not in key
+        and "\x00" not in key
+    ):
+        return key
     if not isinstance(key, str) or not key:
         raise InvalidKeyError(f"invalid key {key!r}: keys are non-empty strings")
     if "\\" in key or "\x00" in key:

@@ -17,6 +17,7 @@ from aiohttp import web
 from asyncshard.backends import LocalStore
 from asyncshard.server.app import LoggedRequest, make_app
 from asyncshard.server.config import AppConfig
+from asyncshard.server.runner import serving
 from asyncshard.store import Store
 
 DATA = bytes(range(256)) * 40  # 10240 bytes, every byte value
@@ -33,15 +34,10 @@ FILES: dict[str, bytes] = {
 
 @contextlib.asynccontextmanager
 async def running(app: web.Application) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 (port chosen by the OS) in this loop; yield its URL."""
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    """Serve ``app`` on 127.0.0.1 (port chosen by the OS) in this loop, as ``asyncshard
+    serve`` does; yield its URL."""
+    async with serving(app, "127.0.0.1", 0) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def seed(root: Path, files: Mapping[str, bytes]) -> None:

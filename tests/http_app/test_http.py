@@ -5,12 +5,19 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from tests.http_app.conftest import DATA, FILES, Served, ServeFactory
+from asyncshard.backends import LocalStore
+from asyncshard.ranges import ByteRange
+from asyncshard.server import AppConfig, make_app
+from asyncshard.store import GetResult, NowResult
+from tests.http_app.conftest import DATA, FILES, Served, ServeFactory, seed
 
 SIZE = len(DATA)
 
@@ -347,3 +354,89 @@ async def test_overlong_names_are_404(served: Served, http: aiohttp.ClientSessio
     for path in ("/" + "x" * 1000, "/d/" + "y" * 300 + "/z", "/" + "w" * 5000 + "/"):
         async with http.get(served.url + path) as r:
             assert r.status == 404, path[:20]
+
+
+async def test_streamed_answers_carry_the_common_headers(
+    serve: ServeFactory, http: aiohttp.ClientSession
+) -> None:
+    """Answers whose headers go out before the handler returns (streamed bodies,
+    multipart ranges, HEAD) get CORS and ``nosniff`` like the others."""
+    big = bytes(range(256)) * 1024  # 256 KiB: streamed in pieces
+    b = "https://b.example"
+    for allow, origin, vary in [("*", "*", False), (b, b, True)]:
+        async with serve(allow_origin=allow, piece_size=64 * 1024) as s:
+            (s.root / "big").write_bytes(big)
+            for method, headers in [
+                ("GET", {}),
+                ("GET", {"Range": "bytes=0-1,100000-100001"}),
+                ("HEAD", {}),
+            ]:
+                headers = {"Origin": b, **headers}
+                async with http.request(method, f"{s.url}/big", headers=headers) as r:
+                    body = await r.read()
+                    assert r.status in (200, 206)
+                    assert r.headers["Access-Control-Allow-Origin"] == origin
+                    assert r.headers["X-Content-Type-Options"] == "nosniff"
+                    assert ("Origin" in r.headers.getall("Vary", [])) == vary
+                    if method == "GET" and "Range" not in headers:
+                        assert body == big
+
+
+class Exploding(LocalStore):
+    """A store whose reads fail with an error that is not asyncshard's."""
+
+    async def get_object(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> GetResult | None:
+        raise RuntimeError("unexpected")
+
+    def get_now(
+        self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
+    ) -> NowResult:
+        raise RuntimeError("unexpected")
+
+
+async def test_an_unexpected_failure_is_a_500_with_cors(
+    serve: ServeFactory, http: aiohttp.ClientSession, tmp_path: Path, caplog: Any
+) -> None:
+    (tmp_path / "exploding").mkdir()
+    (tmp_path / "exploding" / "obj").write_bytes(b"x")
+    async with serve(store=Exploding(tmp_path / "exploding")) as s:
+        for _ in range(2):  # and the server carries on
+            status, headers, body = await get(http, f"{s.url}/obj")
+            assert status == 500
+            assert headers["Access-Control-Allow-Origin"] == "*"
+            assert b"unexpected failure" in body
+            assert b"RuntimeError" not in body, "internals stay in the server's log"
+        async with http.get(f"{s.url}/") as r:
+            assert r.status == 200, "listings do not read objects"
+    assert "unexpected failure answering GET /obj" in caplog.text
+
+
+async def test_the_application_serves_under_an_aiohttp_app_runner(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """``make_app``'s application embedded the aiohttp way (router, ``AppRunner``)
+    answers like ``asyncshard serve``: the same handler, headers and limits."""
+    seed(tmp_path, FILES)
+    app = make_app(LocalStore(tmp_path), AppConfig(writable=True, token="t", max_upload=100))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        status, headers, body = await get(http, f"{url}/obj")
+        assert (status, body) == (200, DATA)
+        assert headers["Access-Control-Allow-Origin"] == "*"
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        status, headers, _ = await get(http, f"{url}/missing")
+        assert (status, headers["Access-Control-Allow-Origin"]) == (404, "*")
+        auth = {"Authorization": "Bearer t"}
+        async with http.put(f"{url}/new", data=b"n" * 101, headers=auth) as r:
+            assert r.status == 413
+        async with http.put(f"{url}/new", data=b"n" * 100, headers=auth) as r:
+            assert r.status == 201
+        assert (tmp_path / "new").read_bytes() == b"n" * 100
+    finally:
+        await runner.cleanup()

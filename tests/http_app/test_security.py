@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -220,3 +222,59 @@ def test_make_app_refuses_unsafe_configurations(tmp_path: Path) -> None:
         make_app(store, AppConfig(writable=True, token=TOKEN, unshard=True))
     with pytest.raises(ValueError, match="writes"):
         make_app(open_store("http://127.0.0.1:9/x"), AppConfig(writable=True, token=TOKEN))
+
+
+async def test_upload_size_limit_without_a_declared_length(
+    serve: ServeFactory, http: aiohttp.ClientSession
+) -> None:
+    """A chunked body is counted as it arrives: past the limit, 413 and nothing written."""
+
+    async def chunked(parts: int) -> AsyncIterator[bytes]:
+        for _ in range(parts):
+            yield b"x" * 400
+
+    async with serve(writable=True, token=TOKEN, max_upload=1000) as s:
+        async with http.put(f"{s.url}/big", data=chunked(5), headers=AUTH) as r:
+            assert r.status == 413
+        async with http.put(f"{s.url}/small", data=chunked(2), headers=AUTH) as r:
+            assert r.status == 201
+        assert not (s.root / "big").exists()
+        assert (s.root / "small").read_bytes() == b"x" * 800
+
+
+async def expect_continue(url: str, headers: dict[str, str], body: bytes) -> list[bytes]:
+    """A PUT with ``Expect: 100-continue``: the status lines the server sent, in order.
+    The body goes out only after a ``100 Continue`` (else the final answer is read)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = [
+        "PUT /expected HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Connection: close",
+        "Expect: 100-continue",
+        f"Content-Length: {len(body)}",
+    ]
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    statuses = [await asyncio.wait_for(reader.readline(), 5)]
+    if b" 100 " in statuses[0]:
+        await reader.readline()  # the blank line ending the interim answer
+        writer.write(body)
+        statuses.append(await asyncio.wait_for(reader.readline(), 5))
+    writer.close()
+    return [s.strip() for s in statuses]
+
+
+async def test_expect_continue_only_for_acceptable_uploads(serve: ServeFactory) -> None:
+    """``100 Continue`` is sent once the request is authorised and within the limit; a
+    refused one gets its final answer at once, before any body is sent."""
+    async with serve(writable=True, token=TOKEN, max_upload=1000) as s:
+        assert await expect_continue(s.url, AUTH, b"y" * 10) == [
+            b"HTTP/1.1 100 Continue",
+            b"HTTP/1.1 201 Created",
+        ]
+        assert (s.root / "expected").read_bytes() == b"y" * 10
+        assert await expect_continue(s.url, {}, b"z" * 10) == [b"HTTP/1.1 401 Unauthorized"]
+        too_big = await expect_continue(s.url, AUTH, b"z" * 2000)
+        assert too_big == [b"HTTP/1.1 413 Request Entity Too Large"]
+        assert (s.root / "expected").read_bytes() == b"y" * 10

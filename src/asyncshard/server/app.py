@@ -53,6 +53,7 @@ maps errors to statuses. What it answers (RFC 9110):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from aiohttp import web
@@ -62,15 +63,12 @@ from asyncshard.server.budget import ByteBudget
 from asyncshard.server.config import AppConfig
 from asyncshard.server.keys import parse_path
 from asyncshard.server.reads import Reader
-from asyncshard.server.responses import error, errors_middleware
+from asyncshard.server.responses import CommonHeaders, error, failure_response
 from asyncshard.server.stalls import StallWatch
 from asyncshard.server.writes import Writer, allowed_methods
 from asyncshard.store import Store
 from asyncshard.views.unsharded import UnshardedView
 
-EXPOSED_HEADERS = (
-    "Content-Range, Content-Length, Content-Encoding, ETag, Last-Modified, Accept-Ranges"
-)
 READ_HEADERS = (
     "Range, If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since, If-Range, "
     "Cache-Control, Pragma"
@@ -79,7 +77,7 @@ WRITE_HEADERS = "Authorization, Content-Type"
 
 
 class LoggedRequest(NamedTuple):
-    """One answered request, as recorded in :data:`REQUEST_LOG`."""
+    """One answered request, as recorded in ``make_app``'s ``request_log``."""
 
     method: str
     path: str
@@ -90,18 +88,47 @@ class LoggedRequest(NamedTuple):
 STORE = web.AppKey("asyncshard.store", Store)
 BUDGET = web.AppKey("asyncshard.budget", ByteBudget)
 STALLS = web.AppKey("asyncshard.stalls", StallWatch)
-REQUEST_LOG = web.AppKey("asyncshard.request_log", deque[LoggedRequest])
+RespondFn = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+#: The application's one request handler: what a low-level ``aiohttp.web.Server`` runs
+#: (``runner.serving``), without the router, middlewares and signals of the application.
+RESPOND: web.AppKey[RespondFn] = web.AppKey("asyncshard.respond")
 
 
 class _Dispatch:
-    """Routes each request to its handler and adds the headers every answer carries."""
+    """Routes each request to its handler, turns failures into answers and adds the
+    headers every answer carries (:meth:`decorate`); the application's one handler."""
 
-    def __init__(self, reader: Reader, writer: Writer, config: AppConfig) -> None:
+    def __init__(
+        self,
+        reader: Reader,
+        writer: Writer,
+        config: AppConfig,
+        request_log: deque[LoggedRequest] | None,
+    ) -> None:
         self.reader = reader
         self.writer = writer
         self.config = config
+        self.request_log = request_log
+        self.common = CommonHeaders(config)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def respond(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The answer to ``request`` (aiohttp's request handler)."""
+        try:
+            response = await self.handle(request)
+        except Exception as exc:  # every failure gets an answer, with CORS
+            response = failure_response(request, exc)
+        if not response.prepared:
+            self.common.add_to(request, response)
+        log_ = self.request_log
+        if log_ is not None:
+            log_.append(
+                LoggedRequest(
+                    request.method, request.raw_path, request.headers.get("Range"), response.status
+                )
+            )
+        return response
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         method = request.method
         if method in ("GET", "HEAD"):
             target = parse_path(request.raw_path)
@@ -115,7 +142,7 @@ class _Dispatch:
         allow = {"Allow": allowed_methods(self.config)}
         return error(405, f"405 Method Not Allowed: {method}", allow)
 
-    def options(self, request: web.Request) -> web.StreamResponse:
+    def options(self, request: web.BaseRequest) -> web.StreamResponse:
         """CORS preflight (and plain ``OPTIONS``): what browsers may send."""
         headers = {"Allow": allowed_methods(self.config)}
         if self.config.allowed_origins and "Access-Control-Request-Method" in request.headers:
@@ -127,27 +154,6 @@ class _Dispatch:
                 # Chrome's Private Network Access: a public viewer page reading a local server
                 headers["Access-Control-Allow-Private-Network"] = "true"
         return web.Response(status=204, headers=headers)
-
-    async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
-        """Add CORS headers to every answer and record it."""
-        origins = self.config.allowed_origins
-        if origins:
-            origin = request.headers.get("Origin")
-            if "*" in origins:
-                response.headers["Access-Control-Allow-Origin"] = "*"
-            elif origin is not None and origin in origins:
-                response.headers["Access-Control-Allow-Origin"] = origin
-            if "*" not in origins:
-                response.headers.add("Vary", "Origin")
-            response.headers["Access-Control-Expose-Headers"] = EXPOSED_HEADERS
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        log_ = request.app.get(REQUEST_LOG)
-        if log_ is not None:
-            log_.append(
-                LoggedRequest(
-                    request.method, request.raw_path, request.headers.get("Range"), response.status
-                )
-            )
 
 
 def make_app(
@@ -176,16 +182,15 @@ def make_app(
         )
     budget = ByteBudget(config.buffer_bytes)
     stalls = StallWatch(config.write_timeout)
-    dispatch = _Dispatch(Reader(served, config, budget, stalls), Writer(served, config), config)
-    app = web.Application(middlewares=[errors_middleware], client_max_size=config.max_upload)
+    reader = Reader(served, config, budget, stalls)
+    dispatch = _Dispatch(reader, Writer(served, config), config, request_log)
+    app = web.Application()
     app[STORE] = served
     app[BUDGET] = budget
     app[STALLS] = stalls
+    app[RESPOND] = dispatch.respond
     app.cleanup_ctx.append(stalls.sweeping)
-    if request_log is not None:
-        app[REQUEST_LOG] = request_log
-    app.on_response_prepare.append(dispatch.on_prepare)
-    app.router.add_route("*", "/{path:.*}", dispatch.handle)
+    app.router.add_route("*", "/{path:.*}", dispatch.respond)
 
     if close_store:
 

@@ -10,15 +10,14 @@ outside the served root has a URL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote, unquote_to_bytes
 
 from asyncshard.errors import InvalidKeyError
 from asyncshard.store import validate_key
 
 
-@dataclass(frozen=True, slots=True)
-class UrlPath:
+class UrlPath(NamedTuple):
     """What a URL path names: an object key, or a folder (``""`` or a prefix ending in ``/``)."""
 
     key: str
@@ -40,7 +39,9 @@ def parse_path(raw_path: str) -> UrlPath:
 
     ``/`` is the root folder, ``/a/b/`` the folder ``a/b/`` and ``/a/b`` the key ``a/b``.
     """
-    path = raw_path.split("?", 1)[0].split("#", 1)[0]
+    path = raw_path
+    if "?" in path or "#" in path:
+        path = path.split("?", 1)[0].split("#", 1)[0]
     if not path.startswith("/"):
         raise InvalidKeyError(f"invalid request path {raw_path!r}: not an absolute path")
     body = path[1:]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from asyncshard.buffers import unwrapped
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
 from asyncshard.server.budget import ByteBudget, Reservation
@@ -26,7 +27,7 @@ from asyncshard.server.ranges import (
     satisfiable_ranges,
     unsatisfied_range,
 )
-from asyncshard.server.responses import Aborted, error, log, object_headers
+from asyncshard.server.responses import Aborted, CommonHeaders, error, log, object_headers
 from asyncshard.server.stalls import StallWatch
 from asyncshard.server.validators import etag_for, evaluate_preconditions, if_range_holds
 from asyncshard.store import Data, GetResult, ObjectMeta, Store, WouldWait
@@ -96,10 +97,11 @@ class Reader:
         self.config = config
         self.budget = budget
         self.stalls = stalls
+        self.common = CommonHeaders(config)
 
     # -- listings -------------------------------------------------------------------------
 
-    async def listing(self, request: web.Request, prefix: str) -> web.StreamResponse:
+    async def listing(self, request: web.BaseRequest, prefix: str) -> web.StreamResponse:
         if not self.store.supports_listing:
             return error(404, f"404 Not Found: {self.store!r} cannot list folders")
         keys, prefixes = await self.store.list_dir(prefix)
@@ -135,7 +137,7 @@ class Reader:
             return Range(rng.offset, rng.offset + piece)
         return rng if rng.length <= piece else None
 
-    async def read(self, request: web.Request, key: str) -> web.StreamResponse:
+    async def read(self, request: web.BaseRequest, key: str) -> web.StreamResponse:
         headers = request.headers
         ranges = None if request.method == "HEAD" else parse_range_header(headers.get("Range"))
         conditional = any(h in headers for h in CONDITIONAL)
@@ -174,7 +176,7 @@ class Reader:
         return await self._body(request, key, meta, ranges, None)
 
     async def _read_now(
-        self, request: web.Request, key: str, ranges: list[ByteRange] | None
+        self, request: web.BaseRequest, key: str, ranges: list[ByteRange] | None
     ) -> web.StreamResponse | None:
         """The answer when the store has the body's first :data:`WRITE_SLICE` bytes at
         hand (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache
@@ -191,7 +193,7 @@ class Reader:
         meta = first.meta
         if ranges is None and len(first.data) == meta.size:  # the whole body: sent at once
             headers = object_headers(key, meta, self.config.cache_control)
-            return web.Response(status=200, headers=headers, body=first.data)
+            return web.Response(status=200, headers=headers, body=unwrapped(first.data))
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None
@@ -200,7 +202,7 @@ class Reader:
 
     async def _read_ahead(
         self,
-        request: web.Request,
+        request: web.BaseRequest,
         key: str,
         ranges: list[ByteRange] | None,
         first_range: Range | Suffix,
@@ -227,19 +229,19 @@ class Reader:
         return Piece(at, memoryview(first.data), reservation)
 
     async def _head_response(
-        self, request: web.Request, key: str, meta: ObjectMeta
+        self, request: web.BaseRequest, key: str, meta: ObjectMeta
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=200, headers=object_headers(key, meta, self.config.cache_control)
         )
         response.content_length = meta.size
-        await response.prepare(request)
+        await self.common.prepare(request, response)
         await response.write_eof()
         return response
 
     async def _body(
         self,
-        request: web.Request,
+        request: web.BaseRequest,
         key: str,
         meta: ObjectMeta,
         ranges: list[ByteRange] | None,
@@ -266,7 +268,7 @@ class Reader:
                 return web.Response(status=status, headers=headers, body=whole)
             response = web.StreamResponse(status=status, headers=headers)
             response.content_length = end - start
-            await response.prepare(request)
+            await self.common.prepare(request, response)
             out = self._out(request, response)
             await self._stream(out, key, meta, start, end, piece)
         else:
@@ -288,12 +290,12 @@ class Reader:
         piece.reservation.release()
         return body
 
-    def _out(self, request: web.Request, response: web.StreamResponse) -> Out:
+    def _out(self, request: web.BaseRequest, response: web.StreamResponse) -> Out:
         return Out(response, request.transport, self.stalls)
 
     async def _multipart(
         self,
-        request: web.Request,
+        request: web.BaseRequest,
         key: str,
         meta: ObjectMeta,
         spans: list[tuple[int, int]],
@@ -313,7 +315,7 @@ class Reader:
         headers["Content-Type"] = f"multipart/byteranges; boundary={boundary}"
         response = web.StreamResponse(status=206, headers=headers)
         response.content_length = sum(map(len, heads)) + sum(e - s for s, e in spans) + len(tail)
-        await response.prepare(request)
+        await self.common.prepare(request, response)
         out = self._out(request, response)
         for head, (start, end) in zip(heads, spans, strict=True):
             await out.write(head)

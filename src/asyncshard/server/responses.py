@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -18,15 +18,19 @@ from asyncshard.errors import (
     StorePermissionError,
     UnsupportedOperationError,
 )
+from asyncshard.server.config import AppConfig
 from asyncshard.server.validators import etag_for, http_date
 from asyncshard.store import ObjectMeta
 
 log = logging.getLogger("asyncshard.server")
 
+#: What scripts of other origins may read of an answer (``Access-Control-Expose-Headers``).
+EXPOSED_HEADERS = (
+    "Content-Range, Content-Length, Content-Encoding, ETag, Last-Modified, Accept-Ranges"
+)
+
 #: The status logged for a request whose client disconnected (nginx's convention).
 CLIENT_CLOSED = 499
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Aborted(Exception):
@@ -36,6 +40,38 @@ class Aborted(Exception):
     def __init__(self, message: str, response: web.StreamResponse) -> None:
         super().__init__(message)
         self.response = response
+
+
+class CommonHeaders:
+    """The headers every answer carries: CORS per ``allow_origin`` and ``nosniff``."""
+
+    def __init__(self, config: AppConfig) -> None:
+        self.origins = config.allowed_origins
+        #: The headers, when they do not depend on the request (no origin list).
+        self.fixed: dict[str, str] | None = None
+        if not self.origins or "*" in self.origins:
+            self.fixed = {"X-Content-Type-Options": "nosniff"}
+            if self.origins:
+                self.fixed["Access-Control-Allow-Origin"] = "*"
+                self.fixed["Access-Control-Expose-Headers"] = EXPOSED_HEADERS
+
+    def add_to(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+        """Add the headers to ``response`` (not sent yet) answering ``request``."""
+        headers = response.headers
+        if self.fixed is not None:
+            headers.update(self.fixed)
+            return
+        origin = request.headers.get("Origin")
+        if origin is not None and origin in self.origins:
+            headers["Access-Control-Allow-Origin"] = origin
+        headers.add("Vary", "Origin")
+        headers["Access-Control-Expose-Headers"] = EXPOSED_HEADERS
+        headers["X-Content-Type-Options"] = "nosniff"
+
+    async def prepare(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+        """Add the headers and send them: for answers streamed by the handler."""
+        self.add_to(request, response)
+        await response.prepare(request)
 
 
 def content_type_of(key: str) -> str:
@@ -82,22 +118,25 @@ def error_for(exc: AsyncShardError) -> web.Response:
     return error(500, f"500 Internal Server Error: {exc}")
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn expected failures into plain-text answers (which then get CORS headers)."""
-    try:
-        return await handler(request)
-    except Aborted as aborted:
-        if request.transport is not None:
-            request.transport.abort()  # not close(): it would wait to flush to a staller
-        return aborted.response
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
+def failure_response(request: web.BaseRequest, exc: Exception) -> web.StreamResponse:
+    """The answer to a handler's failure ``exc``: a plain-text error (which then gets CORS
+    headers like any answer), or the response that an abort or a disconnect left."""
+    if isinstance(exc, Aborted):
+        _drop(request)
+        return exc.response
+    if isinstance(exc, web.HTTPException):
         return error(exc.status, exc.text or exc.reason, exc.headers)
-    except AsyncShardError as exc:
+    if isinstance(exc, AsyncShardError):  # before ConnectionError: a backend's is both
         return error_for(exc)
-    except ConnectionError:  # the client went away mid-answer: nothing to send or log
-        if request.transport is not None:
-            request.transport.abort()
+    if isinstance(exc, ConnectionError):  # the client went away mid-answer: nothing to send
+        _drop(request)
         return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
+    log.exception("unexpected failure answering %s %s", request.method, request.raw_path)
+    return error(500, "500 Internal Server Error: unexpected failure (see the server's log)")
+
+
+def _drop(request: web.BaseRequest) -> None:
+    """Drop the connection: ``abort()``, since ``close()`` would wait to flush to a client
+    that stopped reading."""
+    if request.transport is not None:
+        request.transport.abort()

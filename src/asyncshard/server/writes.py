@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from asyncshard.server.config import AppConfig
 from asyncshard.server.keys import parse_path
@@ -33,14 +33,14 @@ class Writer:
         self.store = store
         self.config = config
 
-    def _authorized(self, request: web.Request) -> bool:
+    def _authorized(self, request: web.BaseRequest) -> bool:
         token = self.config.token
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if token is None or scheme.lower() != "bearer":
             return False
         return hmac.compare_digest(given.strip().encode(), token.encode())
 
-    async def write(self, request: web.Request) -> web.StreamResponse:
+    async def write(self, request: web.BaseRequest) -> web.StreamResponse:
         if not self.config.writable:
             return error(
                 405,
@@ -78,10 +78,36 @@ class Writer:
                 f"501 Not Implemented: {self.store!r} cannot write "
                 "conditionally (atomically), so conditional PUTs are refused",
             )
-        body = await request.read()
+        body = await self._read_body(request)
+        if body is None:
+            limit = self.config.max_upload
+            return error(413, f"413 Content Too Large: at most {limit} bytes may be uploaded")
         return await retry_on_conflict(lambda: self._set(request, key, body, conditional), key)
 
-    def _precondition(self, request: web.Request, current: ObjectMeta | None) -> int | None:
+    async def _read_body(self, request: web.BaseRequest) -> bytes | None:
+        """The request's body, or ``None`` if it is longer than ``max_upload`` (then not
+        read: a declared length says so at once). A client that waits for ``100
+        Continue`` gets it now, once the request is known to be acceptable."""
+        limit = self.config.max_upload
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            return None
+        if (
+            request.version >= HttpVersion11
+            and request.headers.get("Expect", "").lower() == "100-continue"
+            and request.transport is not None
+        ):
+            request.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        parts = []
+        size = 0
+        async for part in request.content.iter_any():
+            size += len(part)
+            if size > limit:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    def _precondition(self, request: web.BaseRequest, current: ObjectMeta | None) -> int | None:
         return evaluate_preconditions(
             request.method,
             request.headers,
@@ -90,7 +116,7 @@ class Writer:
             last_modified=current.last_modified if current else None,
         )
 
-    async def _delete_if(self, request: web.Request, key: str) -> web.StreamResponse:
+    async def _delete_if(self, request: web.BaseRequest, key: str) -> web.StreamResponse:
         """A conditional DELETE: the preconditions are checked on the current version, and
         only that version is deleted (a ``ConflictError`` when it changed: checked again)."""
         current = await self.store.head(key)
@@ -103,7 +129,7 @@ class Writer:
         return web.Response(status=204)
 
     async def _set(
-        self, request: web.Request, key: str, body: bytes, conditional: bool
+        self, request: web.BaseRequest, key: str, body: bytes, conditional: bool
     ) -> web.StreamResponse:
         """A PUT; when conditional, written only over the version the preconditions held
         for (or only created), so a concurrent change makes it check again."""
