@@ -112,3 +112,32 @@ async def test_a_load_overtaken_by_put_or_invalidate_does_not_store_its_result()
     cache.invalidate("j")
     await loading
     assert cache.peek("j") is None
+
+
+def test_generation_changes_when_an_entry_leaves_or_changes() -> None:
+    """Adding entries keeps the generation; replacing, evicting, dropping and clearing
+    change it; confirming (``touch``) and dropping a missing key do not."""
+    cache = LoadingCache(max_bytes=1000)
+    g = cache.generation
+    a = cache.put("a", "A", "v1", 100)
+    cache.put("b", "B", "v1", 100)
+    assert cache.generation == g, "added"
+    cache.touch("a", a)
+    cache.invalidate("missing")
+    assert cache.generation == g, "confirmed, or nothing dropped"
+    cache.put("a", "A2", "v2", 100)
+    assert cache.generation > g, "replaced"
+    g = cache.generation
+    cache.put("big", "X", "v1", 450)  # charged 650 beside 2 x 300: "b" (least recent) leaves
+    assert cache.peek("b") is None and cache.peek("a") is not None
+    assert cache.generation > g, "evicted"
+    g = cache.generation
+    cache.invalidate("a")
+    assert cache.generation > g, "dropped"
+    g = cache.generation
+    cache.put(("ns", 1), "N", "v1", 10)
+    cache.invalidate_namespace("ns")
+    assert cache.generation > g
+    g = cache.generation
+    cache.clear()
+    assert cache.generation > g

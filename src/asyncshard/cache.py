@@ -68,6 +68,11 @@ class LoadingCache:
         self._lock = threading.Lock()
         self._loading: dict[Hashable, asyncio.Task[CacheEntry]] = {}
         self._overtaken: set[Hashable] = set()  # put or invalidated while a load ran
+        #: Changes whenever an entry is replaced, evicted or dropped (not when one is
+        #: added, or confirmed with :meth:`touch`): the entries seen cached are all still
+        #: cached, unchanged, while it stays the same (for users that remember answers
+        #: built from entries).
+        self.generation = 0
 
     @property
     def current_bytes(self) -> int:
@@ -103,13 +108,19 @@ class LoadingCache:
     def _store(self, key: Hashable, entry: CacheEntry) -> None:
         if _entry_size(entry) <= self.max_bytes:  # an entry larger than the budget is not kept
             with self._lock:
-                self._lru[key] = entry
+                lru = self._lru
+                replaced = key in lru
+                count = len(lru)
+                lru[key] = entry
+                if replaced or len(lru) != count + 1:  # an entry was replaced or evicted
+                    self.generation += 1
 
     def invalidate(self, key: Hashable) -> None:
         """Forget ``key``."""
         self._overtake(key)
         with self._lock:
-            self._lru.pop(key, None)
+            if self._lru.pop(key, None) is not None:
+                self.generation += 1
 
     def invalidate_namespace(self, namespace: Hashable) -> None:
         """Forget every key that is a tuple starting with ``namespace``."""
@@ -120,12 +131,14 @@ class LoadingCache:
             stale = [k for k in self._lru if isinstance(k, tuple) and k and k[0] == namespace]
             for key in stale:
                 self._lru.pop(key, None)
+            self.generation += 1
 
     def clear(self) -> None:
         """Forget everything."""
         self._overtaken.update(self._loading)
         with self._lock:
             self._lru.clear()
+            self.generation += 1
 
     async def get(self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]]) -> CacheEntry:
         """The entry for ``key``, loading it with ``load()`` once for concurrent callers.

@@ -18,7 +18,7 @@ import tensorstore as ts
 from asyncshard.backends import LocalStore
 from asyncshard.cache import LoadingCache
 from asyncshard.formats.precomputed.volume import unsharded_info_bytes
-from asyncshard.ranges import ByteRange
+from asyncshard.ranges import ByteRange, Range
 from asyncshard.server.app import make_app
 from asyncshard.server.demo import (
     CHUNK,
@@ -456,3 +456,81 @@ async def test_an_old_index_is_confirmed_by_the_read(demo_copy: Path) -> None:
     assert inner.stats.requests["get"] == 1 and inner.stats.requests["head"] == 0
     assert bytes(view.get_now(key).data) == expected  # type: ignore[union-attr]
     assert inner.stats.requests["get"] == 1, "the index is recent again: the data cache"
+
+
+async def test_repeated_chunk_reads_are_remembered(demo_copy: Path) -> None:
+    """With a data cache, a chunk answered from the caches is remembered: asked again,
+    the same answer comes back (no cache lookups), for the same range only, and not once
+    the folder's metadata is invalidated."""
+    inner = LocalStore(demo_copy)
+    view = UnshardedView(inner, data_cache=LoadingCache(1 << 20))
+    key = f"{ZARR_PATH}/c/0/0/0"
+    expected = await view.get(key)
+    first = view.get_now(key)
+    assert isinstance(first, GetResult) and bytes(first.data) == expected
+    inner.stats.reset()
+    assert view.get_now(key) is first
+    part = view.get_now(key, Range(0, 10))
+    assert isinstance(part, GetResult) and part is not first and bytes(part.data) == expected[:10]
+    assert view.get_now(key, Range(0, 10)) is part
+    assert inner.stats.requests["get"] == 0
+    assert view.stats.requests["get"] >= 4, "each answer is counted like a read"
+    view.folders.invalidate(f"{ZARR_PATH}/")
+    assert view.get_now(key) is WOULD_WAIT
+
+
+async def test_remembered_answers_leave_with_their_bytes(demo_copy: Path) -> None:
+    """A data cache that evicts a chunk forgets its remembered answer too: the next read
+    is a read again (the remembered answers never hold bytes the cache let go)."""
+    inner = LocalStore(demo_copy)
+    a, b = f"{ZARR_PATH}/c/0/0/0", f"{ZARR_PATH}/c/0/0/1"
+    chunk_bytes = len(await UnshardedView(inner).get(a) or b"")
+    view = UnshardedView(inner, data_cache=LoadingCache(chunk_bytes + 300))  # one chunk
+    await view.get(a)
+    first = view.get_now(a)
+    assert view.get_now(a) is first
+    await view.get(b)  # evicts a's bytes
+    inner.stats.reset()
+    again = view.get_now(a)
+    assert isinstance(again, GetResult) and again is not first
+    assert bytes(again.data) == bytes(first.data)  # type: ignore[union-attr]
+    assert inner.stats.requests["get"] == 1, "read again"
+
+
+async def test_an_aged_answer_holds_again_once_its_index_is_confirmed(demo_copy: Path) -> None:
+    """Past ``recheck_after`` a remembered answer is not trusted; once a read of any
+    chunk of the shard confirms the index, the shard's other answers hold again without
+    a read of their own."""
+    inner = LocalStore(demo_copy)
+    view = UnshardedView(inner, data_cache=LoadingCache(1 << 20), recheck_after=0.25)
+    a, b = f"{ZARR_PATH}/c/0/0/0", f"{ZARR_PATH}/c/0/0/1"  # one shard
+    await view.get(a)
+    await view.get(b)
+    remembered = view.get_now(a), view.get_now(b)
+    await asyncio.sleep(0.3)
+    inner.stats.reset()
+    confirmed = view.get_now(a)
+    assert confirmed is not remembered[0] and inner.stats.requests["get"] == 1
+    assert view.get_now(b) is remembered[1] and inner.stats.requests["get"] == 1
+    await asyncio.sleep(0.3)
+    assert view.get_now(b) is not remembered[1]
+    assert inner.stats.requests["get"] == 2, "aged again: confirmed by its own read"
+
+
+async def test_a_remembered_answer_is_never_served_from_a_replaced_shard(demo_copy: Path) -> None:
+    """A shard replaced behind the view: once ``recheck_after`` has passed, the
+    remembered answer is gone (the read declines or gives the new bytes)."""
+    view = UnshardedView(
+        LocalStore(demo_copy), data_cache=LoadingCache(1 << 20), recheck_after=0.05
+    )
+    key, moved = f"{ZARR_PATH}/c/0/0/0", f"{ZARR_PATH}/c/0/0/4"
+    old, new = await view.get(key), await view.get(moved)
+    assert bytes(view.get_now(key).data) == old  # type: ignore[union-attr]
+    shards = demo_copy / ZARR_PATH / "c" / "0" / "0"
+    shutil.copy(shards / "1", shards / "replacement")
+    (shards / "replacement").rename(shards / "0")
+    await asyncio.sleep(0.1)
+    now = view.get_now(key)
+    assert now is WOULD_WAIT or bytes(now.data) == new  # type: ignore[union-attr]
+    assert await view.get(key) == new
+    assert bytes(view.get_now(key).data) == new  # type: ignore[union-attr]

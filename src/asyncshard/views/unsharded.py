@@ -54,6 +54,7 @@ Versions of rewritten metadata and virtual chunks carry the prefix ``unshard:``
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import time
 from collections.abc import (
     AsyncIterator,
@@ -63,7 +64,8 @@ from collections.abc import (
     Iterable,
     Sequence,
 )
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from asyncshard.cache import LoadingCache
 from asyncshard.errors import (
@@ -75,7 +77,7 @@ from asyncshard.errors import (
 from asyncshard.fanout import run_writes
 from asyncshard.ranges import ByteRange, Range, resolve
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ChunkRead
-from asyncshard.sharding.engine.reads import raised
+from asyncshard.sharding.engine.reads import ShardReads, raised
 from asyncshard.store import (
     WOULD_WAIT,
     BytesLike,
@@ -122,7 +124,7 @@ __all__ = [
     "virtual_version",
 ]
 
-#: Keys whose routes :meth:`UnshardedView._target_now` remembers.
+#: Keys whose routes (and chunk answers) :meth:`UnshardedView._get_now` remembers.
 MAX_ROUTES = 16384
 #: Group documents larger than this are served as they are (never read whole to rewrite).
 MAX_GROUP_DOCUMENT = 16 * 1024 * 1024
@@ -132,6 +134,18 @@ DEFAULT_MAX_FOLDERS = 16384
 DEFAULT_MAX_DEPTH = 34
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A lean read's answer, remembered until ``until`` (``time.monotonic``)."""
+
+    byte_range: ByteRange | None
+    until: float
+    result: GetResult
+    route_until: float
+    reads: ShardReads[Any]
+    shard_key: str
 
 
 class _CallerConflict(Exception):
@@ -190,6 +204,8 @@ class UnshardedView(WrapperStore):
             inner, self.options, ttl=metadata_ttl, max_folders=max_folders, max_depth=max_depth
         )
         self._routes: dict[str, tuple[Target, float, int]] = {}
+        self._answers: dict[str, _Answer] = {}
+        self._answers_stamp = self._stamp()
         self._gate = (
             WriteGate(window=write_window, max_wait=10 * write_window, flush_at=write_flush_at)
             if write_window > 0
@@ -286,9 +302,13 @@ class UnshardedView(WrapperStore):
         :meth:`~asyncshard.sharding.engine.reads.ShardReads.read_now`)."""
         if if_match is not None or self.recheck_metadata:
             return WOULD_WAIT
-        target = self._target_now(key)
-        if isinstance(target, WouldWait):
-            return target
+        known = self._answer_now(key, byte_range)
+        if known is not None:
+            return known
+        route = self._route_now(key)
+        if isinstance(route, WouldWait):
+            return route
+        target, route_until = route
         if target is None:
             if is_group_document(key):
                 return WOULD_WAIT
@@ -302,23 +322,77 @@ class UnshardedView(WrapperStore):
         if not loc.inside:
             return None
         read = ChunkRead(target.rel, loc.shard_key, loc.chunk, byte_range, None)
-        outcome = target.scope.store.reads.read_now(read)
+        reads = target.scope.store.reads
+        outcome = reads.read_now(read)
         if not isinstance(outcome, GetResult):
             return raised(outcome) if not isinstance(outcome, WouldWait) else outcome
         meta = outcome.meta
-        return GetResult(outcome.data, ObjectMeta(key, meta.size, virtual_version(meta.version)))
+        result = GetResult(outcome.data, ObjectMeta(key, meta.size, virtual_version(meta.version)))
+        until = reads.cached_until(read)
+        if until is not None:
+            answer = _Answer(
+                byte_range, min(until, route_until), result, route_until, reads, loc.shard_key
+            )
+            self._remember(key, answer)
+        return result
 
-    def _target_now(self, key: str) -> Target | WouldWait:
+    def _stamp(self) -> tuple[int, int, int]:
+        """What the remembered answers depend on: the folders, the index cache and the
+        data cache, each unchanged while its generation is (``-1``: no data cache)."""
+        data = self.options.data_cache
+        return (
+            self.folders.generation,
+            self.options.cache.generation,
+            -1 if data is None else data.generation,
+        )
+
+    def _answer_now(self, key: str, byte_range: ByteRange | None) -> GetResult | None:
+        """The remembered answer to a repeated lean read, if it still holds.
+
+        Answers are remembered only when the data cache held their bytes and are all
+        forgotten once a folder, the index cache or the data cache changes: a repeated
+        chunk read is then a dictionary lookup, and the answers never keep bytes that the
+        data cache dropped for longer than until the next read."""
+        stamp = self._stamp()
+        if stamp != self._answers_stamp:
+            self._answers.clear()
+            self._answers_stamp = stamp
+            return None
+        known = self._answers.get(key)
+        if known is None or known.byte_range != byte_range:
+            return None
+        now = time.monotonic()
+        if now < known.until:
+            return known.result
+        # the shard's index aged (or the route): a read of another chunk may have
+        # confirmed the index since; nothing else changed (the stamp did not)
+        recent = known.reads.recent_until(known.shard_key)
+        if recent is None or now >= recent or now >= known.route_until:
+            return None
+        self._answers[key] = dataclasses.replace(known, until=min(recent, known.route_until))
+        return known.result
+
+    def _remember(self, key: str, answer: _Answer) -> None:
+        stamp = self._stamp()
+        if stamp != self._answers_stamp:  # the read itself changed a cache: start over
+            self._answers.clear()
+            self._answers_stamp = stamp
+        if len(self._answers) >= MAX_ROUTES:
+            self._answers.clear()
+        self._answers[key] = answer
+
+    def _route_now(self, key: str) -> tuple[Target, float] | WouldWait:
         """:meth:`_route` from remembered folders alone (:data:`WOULD_WAIT` if one must
-        be loaded). Answers are remembered per key (up to :data:`MAX_ROUTES` keys) until
-        a folder they came from expires or any metadata is invalidated: a viewer asks
-        for the same chunks again and again, and routing is most of a cached read."""
+        be loaded), and until when (``time.monotonic``) it holds. Answers are remembered
+        per key (up to :data:`MAX_ROUTES` keys) until a folder they came from expires or
+        any metadata is invalidated: a viewer asks for the same chunks again and again,
+        and routing is most of a cached read."""
         folders = self.folders
         known = self._routes.get(key)
         if known is not None:
             target, until, generation = known
             if generation == folders.generation and time.monotonic() < until:
-                return target
+                return target, until
         generation = folders.generation  # before the lookup: a change during it counts
         found = folders.find_now(key)
         if isinstance(found, WouldWait):
@@ -328,7 +402,7 @@ class UnshardedView(WrapperStore):
         if len(self._routes) >= MAX_ROUTES:
             self._routes.clear()
         self._routes[key] = (target, until, generation)
-        return target
+        return target, until
 
     async def _get_group(
         self, key: str, byte_range: ByteRange | None, if_match: str | None

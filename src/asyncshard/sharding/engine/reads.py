@@ -154,6 +154,27 @@ class ShardReads(Generic[C]):
             return exc
         return _cut(read, self._keep_raw(read, raw, plan.version), plan.version)
 
+    def cached_until(self, read: ChunkRead[C]) -> float | None:
+        """Until when (``time.monotonic``) :meth:`read_now` answers ``read`` from the
+        caches alone: its chunk is in the data cache at the version of the shard's cached
+        index, which stays recent until then. ``None`` when it is not so."""
+        if self.data_cache is None or read.if_match is not None:
+            return None
+        entry = self.indexes.top(read.shard_key)
+        if entry is None or entry.missing or entry.version is None:
+            return None
+        if self.data_cache.peek(self._data_name(read.shard_key, entry.version, read.chunk)) is None:
+            return None
+        return entry.loaded_at + self.indexes.recheck_after
+
+    def recent_until(self, shard_key: str) -> float | None:
+        """Until when (``time.monotonic``) the shard's cached index is recent (a read
+        that confirms it moves this on); ``None`` when none is cached."""
+        entry = self.indexes.top(shard_key)
+        if entry is None:
+            return None
+        return entry.loaded_at + self.indexes.recheck_after
+
     def _plan_warm(self, read: ChunkRead[C], *, confirm: bool) -> Outcome | Miss | _Warm:
         """The lean read of ``read``: its answer from the index or the data cache, the
         range to read, or ``MISS`` (the batch path). Answers from the index alone (no
@@ -337,10 +358,16 @@ class ShardReads(Generic[C]):
         return self._keep_raw(read, raw, version)
 
     def _keep_raw(self, read: ChunkRead[C], raw: Data, version: str | None) -> Data:
-        """``raw`` (a whole chunk's bytes), put in the data cache when there is one."""
+        """``raw`` (a whole chunk's bytes), put in the data cache when there is one. The
+        cache may hold them already (a read that confirmed an older index): bytes of one
+        shard version never change, so they are kept as they are (the cache, and what
+        was remembered from it, stays unchanged)."""
         if self.data_cache is not None and version is not None:
-            owned = raw if isinstance(raw, bytes) else bytes(raw)  # not a view of a big buffer
             name = self._data_name(read.shard_key, version, read.chunk)
+            held = self.data_cache.peek(name)
+            if held is not None:
+                return held.value  # type: ignore[no-any-return]
+            owned = raw if isinstance(raw, bytes) else bytes(raw)  # not a view of a big buffer
             self.data_cache.put(name, owned, version, len(owned))
             return owned
         return raw
