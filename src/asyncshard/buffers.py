@@ -12,12 +12,12 @@ BytesLike: TypeAlias = bytes | bytearray | memoryview
 Data: TypeAlias = bytes | memoryview
 
 
-def unwrapped(data: Data) -> Data:
-    """``data`` as the ``bytes`` object it views, when it views all of one (no copy);
-    else ``data`` itself. Consumers with a fast path for ``bytes`` (aiohttp's response
+def unwrapped(data: Data) -> BytesLike:
+    """``data`` as the ``bytes`` or ``bytearray`` it views, when it views all of one (no
+    copy); else ``data`` itself. Consumers with a fast path for those (aiohttp's response
     bodies) take it then."""
     if isinstance(data, memoryview):
         whole = data.obj
-        if type(whole) is bytes and len(whole) == data.nbytes:
+        if isinstance(whole, bytes | bytearray) and len(whole) == data.nbytes:
             return whole
     return data
