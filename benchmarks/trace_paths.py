@@ -3,8 +3,9 @@
 * a warm ``get`` of an inner chunk of a sharded Zarr array (``ZarrShardedStore`` over a
   ``LocalStore``, its shard index cached);
 * a warm ``GET`` of an inner chunk through ``asyncshard serve --unshard`` (the demo
-  volume, the application in this process, the index cached, the chunk not yet in the
-  data cache).
+  volume, the server in this process as ``serve`` runs it, the index cached, the chunk
+  not yet in the data cache);
+* the same ``GET`` repeated (its answer remembered).
 
 Every asyncshard function called while the request runs is recorded once, in the order
 of its first call (``sys.setprofile`` on the loop's thread and on worker threads).
@@ -31,6 +32,7 @@ import asyncshard
 from asyncshard.backends.local import LocalStore
 from asyncshard.server import AppConfig, make_app
 from asyncshard.server.demo import ZARR_PATH, write_demo
+from asyncshard.server.runner import serving
 from asyncshard.sharding.zarr import ZarrShardedStore
 
 PACKAGE = str(Path(asyncshard.__file__).parent)
@@ -102,14 +104,14 @@ async def warm_get(folder: Path, tracer: Tracer) -> list[str]:
     return await tracer.trace(lambda: store.get("arr/c/0/1"))
 
 
-async def served_get(folder: Path, tracer: Tracer) -> list[str]:
+async def served_gets(folder: Path, tracer: Tracer) -> tuple[list[str], list[str]]:
+    """The functions of a first and of a repeated warm ``GET`` of one chunk."""
     from aiohttp import ClientSession
-    from aiohttp.test_utils import TestServer
 
     await write_demo(str(folder))
     app = make_app(LocalStore(folder), AppConfig(unshard=True))
-    async with TestServer(app) as server, ClientSession() as client:
-        base = f"{server.make_url('/')}{ZARR_PATH}"
+    async with serving(app, "127.0.0.1", 0) as port, ClientSession() as client:
+        base = f"http://127.0.0.1:{port}/{ZARR_PATH}"
         async with client.get(f"{base}/c/0/0/0") as r:  # metadata and index cached
             assert r.status == 200, r.status
             await r.read()
@@ -119,14 +121,16 @@ async def served_get(folder: Path, tracer: Tracer) -> list[str]:
                 assert r.status == 200
                 await r.read()
 
-        return await tracer.trace(request)
+        return await tracer.trace(request), await tracer.trace(request)
 
 
 async def main() -> None:
     tracer = Tracer()
     with tempfile.TemporaryDirectory() as tmp:
         report("warm get of an inner chunk", await warm_get(Path(tmp) / "get", tracer))
-        report("serve --unshard, warm GET of a chunk", await served_get(Path(tmp) / "srv", tracer))
+        first, repeated = await served_gets(Path(tmp) / "srv", tracer)
+        report("serve --unshard, warm GET of a chunk", first)
+        report("serve --unshard, the GET repeated", repeated)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ from asyncshard.store import Data, GetResult, ObjectMeta, Store, WouldWait
 #: Bytes handed to the socket per write (each a copy, so that nothing the transport
 #: still buffers keeps a whole piece alive).
 WRITE_SLICE = 64 * 1024
+#: The first read of a whole small body (one object: a remembered answer is recognised
+#: by it at once).
+FIRST_SLICE = Range(0, WRITE_SLICE)
 CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range")
 
 
@@ -182,7 +185,7 @@ class Reader:
         hand (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache
         read), which is most small chunks: no coroutine below, no budget wait (the bytes
         read are reserved if free at once). ``None``: read the usual way."""
-        first_range = self._first_read(ranges, WRITE_SLICE)
+        first_range = FIRST_SLICE if ranges is None else self._first_read(ranges, WRITE_SLICE)
         if first_range is None:
             return None
         first = self.store.get_now(key, first_range)

@@ -93,8 +93,8 @@ async def serving(
     """Serve ``app`` (from :func:`~.app.make_app`) on ``host:port``; yields the port bound.
 
     Requests go straight to the application's one handler through aiohttp's low-level
-    server (no router, middlewares or signals: a third of aiohttp's cost per small
-    answer); the application's start-up and clean-up run around it. ``reuse_port``
+    server (no router, middlewares or signals, which cost about 30 µs per small answer
+    on the benchmark machine); the application's start-up and clean-up run around it. ``reuse_port``
     binds with ``SO_REUSEPORT``, so that several processes share the port (the kernel
     spreads the connections over them).
     """

@@ -359,7 +359,7 @@ class UnshardedView(WrapperStore):
             self._answers_stamp = stamp
             return None
         known = self._answers.get(key)
-        if known is None or known.byte_range != byte_range:
+        if known is None or (known.byte_range is not byte_range and known.byte_range != byte_range):
             return None
         now = time.monotonic()
         if now < known.until:
