@@ -95,8 +95,8 @@ RESPOND: web.AppKey[RespondFn] = web.AppKey("asyncshard.respond")
 
 
 class _Dispatch:
-    """Routes each request to its handler, turns failures into answers and adds the
-    headers every answer carries (:meth:`decorate`); the application's one handler."""
+    """The application's one handler: routes each request by method, turns failures
+    into answers and adds the headers every answer carries (:class:`CommonHeaders`)."""
 
     def __init__(
         self,

@@ -94,9 +94,9 @@ async def serving(
 
     Requests go straight to the application's one handler through aiohttp's low-level
     server (no router, middlewares or signals, which cost about 30 µs per small answer
-    on the benchmark machine); the application's start-up and clean-up run around it. ``reuse_port``
-    binds with ``SO_REUSEPORT``, so that several processes share the port (the kernel
-    spreads the connections over them).
+    on the benchmark machine); the application's start-up and clean-up run around it.
+    ``reuse_port`` binds with ``SO_REUSEPORT``, so that several processes share the port
+    (the kernel spreads the connections over them).
     """
     app.freeze()
     try:
