@@ -242,8 +242,8 @@ async def test_upload_size_limit_without_a_declared_length(
         assert (s.root / "small").read_bytes() == b"x" * 800
 
 
-async def expect_continue(url: str, headers: dict[str, str], body: bytes) -> list[bytes]:
-    """A PUT with ``Expect: 100-continue``: the status lines the server sent, in order.
+async def expect_continue(url: str, headers: dict[str, str], body: bytes) -> list[int]:
+    """A PUT with ``Expect: 100-continue``: the statuses the server sent, in order.
     The body goes out only after a ``100 Continue`` (else the final answer is read)."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
@@ -262,19 +262,15 @@ async def expect_continue(url: str, headers: dict[str, str], body: bytes) -> lis
         writer.write(body)
         statuses.append(await asyncio.wait_for(reader.readline(), 5))
     writer.close()
-    return [s.strip() for s in statuses]
+    return [int(line.split()[1]) for line in statuses]
 
 
 async def test_expect_continue_only_for_acceptable_uploads(serve: ServeFactory) -> None:
     """``100 Continue`` is sent once the request is authorised and within the limit; a
     refused one gets its final answer at once, before any body is sent."""
     async with serve(writable=True, token=TOKEN, max_upload=1000) as s:
-        assert await expect_continue(s.url, AUTH, b"y" * 10) == [
-            b"HTTP/1.1 100 Continue",
-            b"HTTP/1.1 201 Created",
-        ]
+        assert await expect_continue(s.url, AUTH, b"y" * 10) == [100, 201]
         assert (s.root / "expected").read_bytes() == b"y" * 10
-        assert await expect_continue(s.url, {}, b"z" * 10) == [b"HTTP/1.1 401 Unauthorized"]
-        too_big = await expect_continue(s.url, AUTH, b"z" * 2000)
-        assert too_big == [b"HTTP/1.1 413 Request Entity Too Large"]
+        assert await expect_continue(s.url, {}, b"z" * 10) == [401]
+        assert await expect_continue(s.url, AUTH, b"z" * 2000) == [413]
         assert (s.root / "expected").read_bytes() == b"y" * 10
