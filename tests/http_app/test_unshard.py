@@ -458,13 +458,19 @@ async def test_an_old_index_is_confirmed_by_the_read(demo_copy: Path) -> None:
     assert inner.stats.requests["get"] == 1, "the index is recent again: the data cache"
 
 
-async def test_repeated_chunk_reads_are_remembered(demo_copy: Path) -> None:
-    """With a data cache, a chunk answered from the caches is remembered: asked again,
-    the same answer comes back (no cache lookups), for the same range only, and not once
-    the folder's metadata is invalidated."""
+@pytest.mark.parametrize(
+    ("folder", "chunk"),
+    [(ZARR_PATH, "c/0/0/0"), (f"{PRECOMPUTED_PATH}/{SCALE_KEY}", "224-256_32-64_96-128")],
+)
+async def test_repeated_chunk_reads_are_remembered(
+    demo_copy: Path, folder: str, chunk: str
+) -> None:
+    """With a data cache, a chunk answered from the caches is remembered (Zarr and
+    precomputed alike): asked again, the same answer comes back (no cache lookups), for
+    the same range only, and not once the folder's metadata is invalidated."""
     inner = LocalStore(demo_copy)
     view = UnshardedView(inner, data_cache=LoadingCache(1 << 20))
-    key = f"{ZARR_PATH}/c/0/0/0"
+    key = f"{folder}/{chunk}"
     expected = await view.get(key)
     first = view.get_now(key)
     assert isinstance(first, GetResult) and bytes(first.data) == expected
@@ -475,7 +481,7 @@ async def test_repeated_chunk_reads_are_remembered(demo_copy: Path) -> None:
     assert view.get_now(key, Range(0, 10)) is part
     assert inner.stats.requests["get"] == 0
     assert view.stats.requests["get"] >= 4, "each answer is counted like a read"
-    view.folders.invalidate(f"{ZARR_PATH}/")
+    view.folders.invalidate(f"{folder.split('/')[0]}/")
     assert view.get_now(key) is WOULD_WAIT
 
 
