@@ -10,6 +10,7 @@ close, and that reads answer exactly as the thread path does.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from asyncshard.backends import LocalStore
-from asyncshard.backends.local import deletes, descriptors
+from asyncshard.backends.local import deletes, descriptors, files
 from asyncshard.errors import ConflictError
 from asyncshard.ranges import Range, Suffix
 from asyncshard.store import WOULD_WAIT, GetResult, NowResult
@@ -88,6 +89,42 @@ async def test_whole_reads_keep_nothing(store: LocalStore) -> None:
     await store.set("flat", b"0123456789")
     assert bytes(answered(store.get_now("flat")).data) == b"0123456789"
     assert store._inline.open_count == 0
+
+
+async def test_metadata_of_a_whole_file_is_remembered_until_it_changes(
+    tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file read whole again, unchanged, reuses its metadata (no ``getxattr``); a new
+    version token set in place, a rewrite in place and a replacement are all seen."""
+    await store.set("flat", b"0123456789")
+    first = answered(store.get_now("flat"))
+    tokens: list[object] = []
+    real = descriptors.token_of
+
+    def counting(target: int | str) -> str | None:
+        tokens.append(target)
+        return real(target)
+
+    monkeypatch.setattr(descriptors, "token_of", counting)
+    again = answered(store.get_now("flat"))
+    assert again.meta == first.meta and tokens == []
+    path = tmp_path / "root" / "flat"
+    time.sleep(0.02)  # file times move in clock ticks (a few ms): let the change show
+    try:
+        os.setxattr(path, files.VERSION_XATTR, b"another-token")
+    except OSError:
+        pytest.skip("no user xattrs on this file system")
+    retagged = answered(store.get_now("flat"))
+    assert retagged.meta.version == "tanother-token" and len(tokens) == 1
+    time.sleep(0.02)
+    with open(path, "r+b") as f:  # the same size, other bytes
+        f.write(b"ABC")
+    rewritten = answered(store.get_now("flat"))
+    assert bytes(rewritten.data) == b"ABC3456789" and len(tokens) == 2
+    await LocalStore(tmp_path / "root").set("flat", b"replaced!!")
+    replaced = answered(store.get_now("flat"))
+    assert bytes(replaced.data) == b"replaced!!"
+    assert replaced.meta.version not in (first.meta.version, retagged.meta.version)
 
 
 async def test_replaced_file_is_seen_at_once(tmp_path: Path, store: LocalStore) -> None:

@@ -13,7 +13,9 @@ rename and their version token is set before that, so an unchanged inode holds t
 bytes and version; a replaced or deleted file is closed and reopened (or reads as
 missing). A reused descriptor thus costs a ``stat`` and a ``preadv`` instead of
 ``open``, the root check, ``fstat``, ``getxattr``, ``preadv`` and ``close``. Files read
-whole are not kept (a flat chunk is rarely read twice soon). A file deleted or replaced
+whole are not kept (a flat chunk is rarely read twice soon), but their metadata is, by
+the same identity (up to :data:`REMEMBERED_METAS` files): a file read whole again skips
+the ``getxattr`` and the building of its metadata. A file deleted or replaced
 by another process stays open until its key is read again or it leaves the LRU; writes,
 copies and deletes through the store close it before they start (so the change frees a
 deleted file's blocks in its worker thread) and again once they are done.
@@ -49,6 +51,9 @@ INLINE_READ = 1 << 20
 NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv") and os.path.isdir("/proc/self/fd")
 #: Descriptors kept open per store.
 DEFAULT_OPEN_FILES = 128
+#: Files whose metadata is remembered by identity per store (the remembered metadata is
+#: forgotten all at once when full).
+REMEMBERED_METAS = 16384
 
 Identity = tuple[int, int, int, int, int]
 
@@ -73,6 +78,7 @@ class InlineReads:
         self.root = root
         self.capacity = capacity
         self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._metas: dict[str, tuple[Identity, ObjectMeta]] = {}
         self._lock = threading.Lock()
         # a store dropped without close() still closes its descriptors
         weakref.finalize(self, _close_all, self._open)
@@ -122,7 +128,7 @@ class InlineReads:
         try:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
-                return _Open(fd, _identity(st), meta_of(key, st, token_of(fd)))
+                return _Open(fd, *self._meta(key, fd, st))
         except OSError:
             pass
         except BaseException:  # e.g. an mtime no datetime can hold: the thread path says so
@@ -130,6 +136,21 @@ class InlineReads:
             raise
         os.close(fd)
         return WOULD_WAIT  # not a file, or fstat failed: the thread path answers
+
+    def _meta(self, key: str, fd: int, st: os.stat_result) -> tuple[Identity, ObjectMeta]:
+        """The identity and metadata of the open file ``fd`` of ``key``. The metadata (with
+        the version token, a ``getxattr``) is remembered for the file's identity, as a kept
+        descriptor is: a write through a store replaces the inode, and a change in place
+        (bytes or token) moves the change time once the clock has ticked."""
+        identity = _identity(st)
+        known = self._metas.get(key)
+        if known is not None and known[0] == identity:
+            return known
+        found = identity, meta_of(key, st, token_of(fd))
+        if len(self._metas) >= REMEMBERED_METAS:
+            self._metas.clear()
+        self._metas[key] = found
+        return found
 
     def _keep(self, key: str, opened: _Open) -> None:
         self._open[key] = opened
