@@ -221,6 +221,7 @@ def test_parse_chunk_name_is_strict(name: str) -> None:
     scale = scale_of((10, 7, 5), (4, 3, 2), (3, -2, 1))
     assert scale.parse_chunk_name("7-11_1-4_1-3") == (1, 1, 0)
     assert scale.parse_chunk_name(name) is None
+    assert scale.chunk_id_of_name(name) is None
 
 
 def test_chunk_names_at_the_edge_of_the_index_range() -> None:
@@ -246,9 +247,30 @@ def test_chunk_name_and_id_round_trip(case: tuple[Scale, tuple[int, int, int]]) 
     scale, pos = case
     assert scale.parse_chunk_name(scale.chunk_name(pos)) == pos
     chunk_id = scale.chunk_id(pos)
+    assert scale.chunk_id_of_name(scale.chunk_name(pos)) == chunk_id
     assert scale.grid_pos_of(chunk_id) == pos
     assert scale.chunk_ids(np.array([pos])).tolist() == [chunk_id]
     assert scale.grid_positions_of([chunk_id]).tolist() == [list(pos)]
+
+
+@given(scales_and_positions(), st.lists(st.integers(-3, 3), min_size=6, max_size=6))
+def test_exactly_the_chunk_names_parse(
+    case: tuple[Scale, tuple[int, int, int]], nudges: list[int]
+) -> None:
+    """A chunk's name with its numbers nudged parses exactly when it is still the name
+    of a chunk (by definition: ``chunk_name`` of the position it names)."""
+    scale, pos = case
+    start, stop = scale.chunk_bounds(pos)
+    bounds = [v for pair in zip(start, stop, strict=True) for v in pair]
+    name = "{}-{}_{}-{}_{}-{}".format(*(n + d for n, d in zip(bounds, nudges, strict=True)))
+    starts = [int(n) + d for n, d in zip(bounds[::2], nudges[::2], strict=True)]
+    candidate = tuple(
+        (s - o) // c for s, o, c in zip(starts, scale.voxel_offset, scale.chunk_size, strict=True)
+    )
+    inside = all(0 <= p < g for p, g in zip(candidate, scale.grid_shape, strict=True))
+    named = inside and scale.chunk_name(candidate) == name
+    assert scale.parse_chunk_name(name) == (candidate if named else None), name
+    assert scale.chunk_id_of_name(name) == (scale.chunk_id(candidate) if named else None)
 
 
 def test_chunk_ids_cover_the_grid() -> None:

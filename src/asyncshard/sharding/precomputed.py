@@ -163,8 +163,7 @@ class PrecomputedFormat(ShardFormat[int, "_ShardIndex"]):
         """The chunk id a key names (a chunk name of the scale, or a decimal id)."""
         if self.names is None:
             return parse_chunk_key(key)
-        pos = self.names.parse_chunk_name(key)
-        return None if pos is None else self.names.chunk_id(pos)
+        return self.names.chunk_id_of_name(key)
 
     def shard_key(self, chunk_id: int) -> str:
         """The wrapped store's key of the shard holding ``chunk_id``."""

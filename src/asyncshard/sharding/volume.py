@@ -103,10 +103,10 @@ class ShardedScale:
 
     def chunk_id(self, name: str) -> int:
         """The chunk id of an unsharded chunk name; ``KeyError`` unless it names a chunk."""
-        pos = self.scale.parse_chunk_name(name)
-        if pos is None:
+        chunk_id = self.scale.chunk_id_of_name(name)
+        if chunk_id is None:
             raise KeyError(f"{name!r} is not a chunk name of scale {self.scale.key!r}")
-        return self.scale.chunk_id(pos)
+        return chunk_id
 
     def chunk_name(self, chunk_id: int) -> str:
         """The unsharded chunk name of a chunk id; ``ValueError`` if it is not one of this scale."""

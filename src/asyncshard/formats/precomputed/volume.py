@@ -257,18 +257,32 @@ class Scale:
         match = _CHUNK_NAME.fullmatch(name)
         if match is None:
             return None
-        starts = [int(match.group(g)) for g in (1, 3, 5)]
-        rel = [s - o for s, o in zip(starts, self.voxel_offset, strict=True)]
-        if any(r % c for r, c in zip(rel, self.chunk_size, strict=True)):
-            return None
-        x, y, z = (r // c for r, c in zip(rel, self.chunk_size, strict=True))
-        if not all(0 <= p < g for p, g in zip((x, y, z), self.grid_shape, strict=True)):
+        sx, sy, sz = int(match[1]), int(match[3]), int(match[5])
+        ox, oy, oz = self.voxel_offset
+        cx, cy, cz = self.chunk_size
+        x, rx = divmod(sx - ox, cx)
+        y, ry = divmod(sy - oy, cy)
+        z, rz = divmod(sz - oz, cz)
+        gx, gy, gz = self.grid_shape
+        if rx or ry or rz or not (0 <= x < gx and 0 <= y < gy and 0 <= z < gz):
             return None
         # the exact name of that chunk (clipped at the edge; no leading zeros or signs)
-        ends = (o + s for o, s in zip(self.voxel_offset, self.size, strict=True))
-        bounds = zip(starts, self.chunk_size, ends, strict=True)
-        canonical = "_".join(f"{a}-{min(a + c, end)}" for a, c, end in bounds)
+        ex, ey, ez = self._ends
+        canonical = f"{sx}-{min(sx + cx, ex)}_{sy}-{min(sy + cy, ey)}_{sz}-{min(sz + cz, ez)}"
         return (x, y, z) if canonical == name else None
+
+    def chunk_id_of_name(self, name: str) -> int | None:
+        """:meth:`chunk_id` of the chunk ``name`` names; ``None`` unless it is exactly a
+        chunk name here (see :meth:`parse_chunk_name`)."""
+        pos = self.parse_chunk_name(name)
+        return None if pos is None else morton_code_inside(pos, self.grid_shape)
+
+    @functools.cached_property
+    def _ends(self) -> _Vec3:
+        """The voxel coordinates one past the volume's end."""
+        ox, oy, oz = self.voxel_offset
+        sx, sy, sz = self.size
+        return ox + sx, oy + sy, oz + sz
 
     def chunk_id(self, grid_pos: Sequence[int]) -> int:
         """Sharded chunk id of a grid position: its compressed Morton code."""
