@@ -353,10 +353,7 @@ class UnshardedView(WrapperStore):
         forgotten once a folder, the index cache or the data cache changes: a repeated
         chunk read is then a dictionary lookup, and the answers never keep bytes that the
         data cache dropped for longer than until the next read."""
-        stamp = self._stamp()
-        if stamp != self._answers_stamp:
-            self._answers.clear()
-            self._answers_stamp = stamp
+        if not self._answers_hold():
             return None
         known = self._answers.get(key)
         if known is None or (known.byte_range is not byte_range and known.byte_range != byte_range):
@@ -372,11 +369,18 @@ class UnshardedView(WrapperStore):
         self._answers[key] = dataclasses.replace(known, until=min(recent, known.route_until))
         return known.result
 
-    def _remember(self, key: str, answer: _Answer) -> None:
+    def _answers_hold(self) -> bool:
+        """Whether the remembered answers still hold; if not, they are forgotten (and
+        what is remembered from now on holds for the current stamp)."""
         stamp = self._stamp()
-        if stamp != self._answers_stamp:  # the read itself changed a cache: start over
-            self._answers.clear()
-            self._answers_stamp = stamp
+        if stamp == self._answers_stamp:
+            return True
+        self._answers.clear()
+        self._answers_stamp = stamp
+        return False
+
+    def _remember(self, key: str, answer: _Answer) -> None:
+        self._answers_hold()  # the read itself may have changed a cache: start over then
         if len(self._answers) >= MAX_ROUTES:
             self._answers.clear()
         self._answers[key] = answer
