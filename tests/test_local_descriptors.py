@@ -19,7 +19,7 @@ import pytest
 
 from asyncshard.backends import LocalStore
 from asyncshard.backends.local import deletes, descriptors, files
-from asyncshard.errors import ConflictError
+from asyncshard.errors import ConflictError, InvalidKeyError
 from asyncshard.ranges import Range, Suffix
 from asyncshard.store import WOULD_WAIT, GetResult, NowResult
 
@@ -61,9 +61,9 @@ def opens(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = store._root.open_fast
 
-    def counting(key: str) -> int | None:
+    def counting(key: str, *, check: bool = True) -> int | None:
         calls.append(key)
-        return real(key)
+        return real(key, check=check)
 
     monkeypatch.setattr(store._root, "open_fast", counting)
     return calls
@@ -125,6 +125,35 @@ async def test_metadata_of_a_whole_file_is_remembered_until_it_changes(
     replaced = answered(store.get_now("flat"))
     assert bytes(replaced.data) == b"replaced!!"
     assert replaced.meta.version not in (first.meta.version, retagged.meta.version)
+
+
+async def test_a_remembered_file_is_not_located_again_but_another_file_is(
+    tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``/proc/self/fd`` check runs once per file identity: a file read whole again
+    skips it, and a folder swapped for a link to outside (another identity behind the
+    same key) is located again and refused."""
+    await store.set("dir/f", b"inside!")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_bytes(b"OUTSIDE")
+    located: list[int] = []
+    real = store._root.inside
+
+    def counting(fd: int, key: str) -> bool:
+        located.append(fd)
+        return real(fd, key)
+
+    monkeypatch.setattr(store._root, "inside", counting)
+    assert bytes(answered(store.get_now("dir/f")).data) == b"inside!"
+    assert bytes(answered(store.get_now("dir/f")).data) == b"inside!"
+    assert len(located) == 1
+    os.rename(tmp_path / "root" / "dir", tmp_path / "kept")
+    (tmp_path / "root" / "dir").symlink_to(outside)
+    assert store.get_now("dir/f") is WOULD_WAIT  # refused here; the thread path says why
+    assert len(located) == 2
+    with pytest.raises(InvalidKeyError, match="outside the store root"):
+        await store.get("dir/f")
 
 
 async def test_replaced_file_is_seen_at_once(tmp_path: Path, store: LocalStore) -> None:

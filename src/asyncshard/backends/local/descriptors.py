@@ -15,7 +15,8 @@ missing). A reused descriptor thus costs a ``stat`` and a ``preadv`` instead of
 ``open``, the root check, ``fstat``, ``getxattr``, ``preadv`` and ``close``. Files read
 whole are not kept (a flat chunk is rarely read twice soon), but their metadata is, by
 the same identity (up to :data:`REMEMBERED_METAS` files): a file read whole again skips
-the ``getxattr`` and the building of its metadata. A file deleted or replaced
+the root check, the ``getxattr`` and the building of its metadata (``open``, ``fstat``,
+``preadv``, ``close``: what any server pays). A file deleted or replaced
 by another process stays open until its key is read again or it leaves the LRU; writes,
 copies and deletes through the store close it before they start (so the change frees a
 deleted file's blocks in its worker thread) and again once they are done.
@@ -118,39 +119,47 @@ class InlineReads:
 
     def _open_file(self, key: str) -> _Open | WouldWait | None:
         """``key`` opened (checked inside the root) with its metadata; ``None`` when
-        missing or not a file."""
+        missing or not a file.
+
+        The metadata (with the version token, a ``getxattr``) is remembered for the
+        file's identity, as a kept descriptor is: a write through a store replaces the
+        inode, and a change in place (bytes or token) moves the change time once the
+        clock has ticked. A file of a remembered identity was also found inside the root
+        when it was remembered, so it is not looked up in ``/proc/self/fd`` again: the
+        same inode with the same change time has not moved (a rename changes it)."""
+        root = self.root
         try:
-            fd = self.root.open_fast(key)
+            fd = root.open_fast(key, check=False)
+            if fd is None or fd < 0:
+                return None if fd is None else WOULD_WAIT
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                return WOULD_WAIT  # the thread path reports it
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._metas.get(key)
+            if known is not None and known[0] == identity:
+                # this very file was found inside the root before: no need to look again
+                return _Open(fd, identity, known[1])
+            if not root.inside(fd, key):
+                return WOULD_WAIT
         except AsyncShardError:
             return WOULD_WAIT  # the thread path raises it, with its full resolution
-        if fd is None or fd < 0:
-            return None if fd is None else WOULD_WAIT
         try:
-            st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
-                return _Open(fd, *self._meta(key, fd, st))
+                meta = meta_of(key, st, token_of(fd))
+                if len(self._metas) >= REMEMBERED_METAS:
+                    self._metas.clear()
+                self._metas[key] = identity, meta
+                return _Open(fd, identity, meta)
         except OSError:
             pass
         except BaseException:  # e.g. an mtime no datetime can hold: the thread path says so
             os.close(fd)
             raise
         os.close(fd)
-        return WOULD_WAIT  # not a file, or fstat failed: the thread path answers
-
-    def _meta(self, key: str, fd: int, st: os.stat_result) -> tuple[Identity, ObjectMeta]:
-        """The identity and metadata of the open file ``fd`` of ``key``. The metadata (with
-        the version token, a ``getxattr``) is remembered for the file's identity, as a kept
-        descriptor is: a write through a store replaces the inode, and a change in place
-        (bytes or token) moves the change time once the clock has ticked."""
-        identity = _identity(st)
-        known = self._metas.get(key)
-        if known is not None and known[0] == identity:
-            return known
-        found = identity, meta_of(key, st, token_of(fd))
-        if len(self._metas) >= REMEMBERED_METAS:
-            self._metas.clear()
-        self._metas[key] = found
-        return found
+        return WOULD_WAIT  # not a file, or its version token unreadable: the thread path
 
     def _keep(self, key: str, opened: _Open) -> None:
         self._open[key] = opened

@@ -149,32 +149,41 @@ class Root:
         finally:
             os.close(fd)
 
-    def open_fast(self, key: str) -> int | None:
+    def open_fast(self, key: str, *, check: bool = True) -> int | None:
         """Open ``key`` for reading without :func:`os.path.realpath` (a Python loop with an
         ``lstat`` per path component, most of a small read's cost): open it directly (the
         last component not followed), then check the file actually opened lies inside the
-        root through ``/proc/self/fd``. ``None`` when missing; ``-1`` when the fast path
-        does not apply (no ``/proc``, the name itself is a link): resolve the slow way."""
+        root (:meth:`inside`), unless ``check`` is false: then the caller does. ``None``
+        when missing; ``-1`` when the fast path does not apply (no ``/proc``, the name
+        itself is a link): resolve the slow way."""
         if not PROC_FD:
             return -1
-        root = self.real()
+        path = self.real() + "/" + key
         try:
-            fd = os.open(os.path.join(root, key), READ_FLAGS)
+            fd = os.open(path, READ_FLAGS)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # the name is a link (an alias): the slow path
                 return -1
             if is_missing(exc):
                 return None
-            raise self.error(exc, key, "read", os.path.join(root, key)) from exc
+            raise self.error(exc, key, "read", path) from exc
+        if check and not self.inside(fd, key):
+            return -1
+        return fd
+
+    def inside(self, fd: int, key: str) -> bool:
+        """Whether ``fd``, opened by :meth:`open_fast`, lies inside the root (through
+        ``/proc/self/fd``); closed unless it does. ``False`` if the link cannot be read
+        (the slow path then answers); :class:`InvalidKeyError` if it leads outside."""
         try:
             real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             os.close(fd)
-            return -1
-        if not within(real, root):  # through a link to outside the root
+            return False
+        if not within(real, self.real()):  # through a link to outside the root
             os.close(fd)
             raise InvalidKeyError(f"invalid key {key!r}: resolves outside the store root")
-        return fd
+        return True
 
     def open_folder(self, folder: str, key: str) -> int | None:
         """The checked descriptor of ``folder`` (inside the root), ``None`` if missing."""
