@@ -151,8 +151,7 @@ def _check_ends(rel_ends: U64Array, max_rel_end: int, what: str, key: str | None
 def minishard_index_range(shard_index: U64Array, minishard: int) -> tuple[int, int]:
     """Absolute ``[start, end)`` of a minishard's index in the shard (empty when no chunks)."""
     base = 16 * shard_index.shape[0]
-    start, end = (int(v) for v in shard_index[minishard])
-    return base + start, base + end
+    return base + shard_index.item(minishard, 0), base + shard_index.item(minishard, 1)
 
 
 def encode_shard_index(shard_index: npt.ArrayLike) -> bytes:

@@ -231,7 +231,9 @@ class ShardingSpec:
 
     def hash_id(self, chunk_id: int) -> int:
         """Hashed chunk id: the hash of ``chunk_id >> preshift_bits`` (scalar, via ``mmh3``)."""
-        shifted = _check_u64(chunk_id, "chunk id") >> self.preshift_bits
+        if type(chunk_id) is not int or not 0 <= chunk_id <= _MASK64:  # checked when not
+            chunk_id = _check_u64(chunk_id, "chunk id")  # plainly a uint64 (fast path)
+        shifted = chunk_id >> self.preshift_bits
         if self.hash == "identity":
             return shifted
         return murmurhash3_x86_128_low64(shifted)
@@ -257,9 +259,8 @@ class ShardingSpec:
     def shard_and_minishard_of(self, chunk_id: int) -> tuple[int, int]:
         """(shard number, minishard number) of one chunk id."""
         hashed = self.hash_id(chunk_id)
-        minishard = hashed & _low_mask(self.minishard_bits)
-        shard = (hashed >> self.minishard_bits) & _low_mask(self.shard_bits)
-        return shard, minishard
+        bits = self.minishard_bits
+        return (hashed >> bits) & ((1 << self.shard_bits) - 1), hashed & ((1 << bits) - 1)
 
     # ------------------------------------------------------------------ shard files
 
