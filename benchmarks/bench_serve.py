@@ -14,7 +14,8 @@ once flat (``flat/``: 2,048 chunk files) and once sharded (``arr/``: 128 shards)
 each asyncshard server with ``--workers`` 1 and 2. ``wrk`` keeps ``--connections``
 connections busy with GETs of random chunk URLs. Printed per server, median of
 ``--rounds`` interleaved rounds: requests/s, the server's CPU time per request (all its
-processes; robust when other work shares the machine), the ratio of requests/s to the
+processes; robust when other work shares the machine), wrk's own CPU time per request,
+the cores the two kept busy together, the ratio of requests/s to the
 minimal handler on the same data (``x minimal``) and, for two workers, to one. With
 ``--baseline-src``, an
 older source tree is served too (one worker), for a before/after in one run. Every
@@ -34,6 +35,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -175,14 +177,28 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One wrk run: requests/s, and CPU microseconds per request of the server (all its
+    processes) and of wrk itself."""
+
+    rate: float
+    server_cpu: float
+    wrk_cpu: float
+
+    def cores(self) -> float:
+        """The cores the server and wrk kept busy together."""
+        return self.rate * (self.server_cpu + self.wrk_cpu) / 1e6
+
+
 def run_wrk(
     wrk: str, url: str, script: Path, seconds: float, connections: int, pid: int
-) -> tuple[float, float]:
-    """One wrk run: requests/s and the server's CPU microseconds per request."""
+) -> Measured:
+    """One wrk run against the server ``pid``."""
     command = [wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(script), url]
-    before = tree_cpu(pid)
+    before, wrk_before = tree_cpu(pid), children_cpu()
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    cpu = tree_cpu(pid) - before
+    cpu, wrk_cpu = tree_cpu(pid) - before, children_cpu() - wrk_before
     for bad in ("Non-2xx or 3xx responses", "Socket errors"):
         if bad in out:
             raise RuntimeError(f"wrk reported failures:\n{out}")
@@ -190,7 +206,15 @@ def run_wrk(
     total = re.search(r"(\d+) requests in", out)
     if rate is None or total is None:
         raise RuntimeError(f"unexpected wrk output:\n{out}")
-    return float(rate.group(1)), 1e6 * cpu / int(total.group(1))
+    n = int(total.group(1))
+    return Measured(float(rate.group(1)), 1e6 * cpu / n, 1e6 * wrk_cpu / n)
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (wrk, once it is waited for;
+    the servers run until the end of their case)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -226,7 +250,7 @@ def main() -> None:
             cases.append(
                 Case(f"asyncshard serve --unshard, --workers {workers}", "arr", "serve", workers)
             )
-        results: dict[str, list[tuple[float, float]]] = {}
+        results: dict[str, list[Measured]] = {}
         for _ in range(args.rounds):
             for case in cases:
                 script = scripts[case.array]
@@ -253,19 +277,30 @@ def main() -> None:
             f"load {load:.1f}"
         )
         medians = {
-            label: (statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs))
+            label: Measured(
+                statistics.median(m.rate for m in runs),
+                statistics.median(m.server_cpu for m in runs),
+                statistics.median(m.wrk_cpu for m in runs),
+            )
             for label, runs in results.items()
         }
-        minimal = {c.array: medians[c.label][0] for c in cases if c.kind == "minimal"}
-        print(f"{'server':46} {'req/s':>8} {'CPU-us/req':>11} {'x minimal':>10} {'x 1 worker':>11}")
+        minimal = {c.array: medians[c.label].rate for c in cases if c.kind == "minimal"}
+        print(
+            f"{'server':46} {'req/s':>8} {'CPU-us/req':>11} {'wrk CPU-us':>11} {'cores':>6} "
+            f"{'x minimal':>10} {'x 1 worker':>11}"
+        )
         for case in cases:
-            rate, cpu = medians[case.label]
+            m = medians[case.label]
             one = medians.get(case.label.replace(f"--workers {case.workers}", "--workers 1"))
-            scaling = f"{rate / one[0]:11.2f}" if case.workers > 1 and one else " " * 11
+            scaling = f"{m.rate / one.rate:11.2f}" if case.workers > 1 and one else " " * 11
             print(
-                f"{case.label:46} {rate:8.0f} {cpu:11.0f} "
-                f"{rate / minimal[case.array]:10.2f} {scaling}"
+                f"{case.label:46} {m.rate:8.0f} {m.server_cpu:11.0f} {m.wrk_cpu:11.0f} "
+                f"{m.cores():6.2f} {m.rate / minimal[case.array]:10.2f} {scaling}"
             )
+        print(
+            "cores: what the server and wrk kept busy together, of the machine's "
+            f"{os.cpu_count()} (wrk runs beside the server)"
+        )
 
 
 @dataclass(frozen=True)
@@ -282,9 +317,7 @@ class Case:
 NO_DATA_CACHE = ("--data-cache-bytes", "0")
 
 
-def run_wrk_nginx(
-    wrk: str, server: Nginx, script: Path, args: argparse.Namespace
-) -> tuple[float, float]:
+def run_wrk_nginx(wrk: str, server: Nginx, script: Path, args: argparse.Namespace) -> Measured:
     run_wrk(wrk, server.url, script, 1, args.connections, server.pid)
     return run_wrk(wrk, server.url, script, args.seconds, args.connections, server.pid)
 
