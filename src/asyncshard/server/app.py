@@ -109,7 +109,7 @@ class _Dispatch:
         self.writer = writer
         self.config = config
         self.request_log = request_log
-        self.common = CommonHeaders(config)
+        self.common = reader.common
 
     async def respond(self, request: web.BaseRequest) -> web.StreamResponse:
         """The answer to ``request`` (aiohttp's request handler)."""
@@ -182,7 +182,7 @@ def make_app(
         )
     budget = ByteBudget(config.buffer_bytes)
     stalls = StallWatch(config.write_timeout)
-    reader = Reader(served, config, budget, stalls)
+    reader = Reader(served, config, budget, stalls, CommonHeaders(config))
     dispatch = _Dispatch(reader, Writer(served, config), config, request_log)
     app = web.Application()
     app[STORE] = served

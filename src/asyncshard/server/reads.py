@@ -94,13 +94,18 @@ class Reader:
     """The ``GET``/``HEAD`` handlers of one application."""
 
     def __init__(
-        self, store: Store, config: AppConfig, budget: ByteBudget, stalls: StallWatch
+        self,
+        store: Store,
+        config: AppConfig,
+        budget: ByteBudget,
+        stalls: StallWatch,
+        common: CommonHeaders,
     ) -> None:
         self.store = store
         self.config = config
         self.budget = budget
         self.stalls = stalls
-        self.common = CommonHeaders(config)
+        self.common = common
 
     # -- listings -------------------------------------------------------------------------
 

@@ -137,7 +137,7 @@ class InlineReads:
             except OSError:
                 os.close(fd)
                 return WOULD_WAIT  # the thread path reports it
-            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            identity = _identity(st)
             known = self._metas.get(key)
             if known is not None and known[0] == identity:
                 # this very file was found inside the root before: no need to look again
