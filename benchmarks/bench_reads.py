@@ -19,11 +19,14 @@ the warm sample again, for readers that cache data):
 * ``cloud-volume``: 32 threads, one chunk per ``cv[...]`` (precomputed only; skipped
   with a message when it is not installed: ``pip install cloud-volume``).
 
-Printed per row: chunks/s, CPU-ms per chunk (``getrusage``: every thread of this
-process), requests per chunk (nginx's access log), each as a ratio to asyncshard in the
-same mode; medians of ``--rounds`` interleaved rounds. nginx is apt-installed if missing.
+Every reader runs on the same event loop, ``--loop`` (uvloop by default, as asyncshard's
+entry points; ``asyncio`` for what ``asyncio.run`` gives): tensorstore's and obstore's
+futures complete through the loop too. Printed per row: chunks/s, CPU-ms per chunk
+(``getrusage``: every thread of this process), requests per chunk (nginx's access log),
+each as a ratio to asyncshard in the same mode; medians of ``--rounds`` interleaved
+rounds. nginx is apt-installed if missing.
 
-    python benchmarks/bench_reads.py [--chunks 2000] [--rounds 3] [--only zarr]
+    python benchmarks/bench_reads.py [--chunks 2000] [--rounds 3] [--only zarr] [--loop asyncio]
     python benchmarks/bench_reads.py --only zarr --chunks 100000 --rounds 1 \
         --readers "asyncshard get, 32;asyncshard get, all;tensorstore, 32"
 """
@@ -51,8 +54,9 @@ import tensorstore as ts
 from obstore.store import HTTPStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from asyncshard import open_store
+from asyncshard import loops, open_store
 from asyncshard.cache import LoadingCache
+from asyncshard.loops import ENV as LOOP_ENV
 from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore
 from benchmarks.common import Timed, bounded, cpu_now, sharding_codec
 from benchmarks.nginx import Nginx
@@ -434,4 +438,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--readers", help="only the readers whose labels start with one of these (;-separated)"
     )
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the event loop every reader runs on (asyncshard's entry points pick uvloop)",
+    )
+    arguments = parser.parse_args()
+    os.environ[LOOP_ENV] = arguments.loop
+    print(f"event loop: {arguments.loop}")
+    loops.run(main(arguments))

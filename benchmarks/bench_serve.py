@@ -52,6 +52,7 @@ import psutil
 import tensorstore as ts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from asyncshard.loops import ENV as LOOP_ENV
 from benchmarks.common import sharding_codec
 from benchmarks.nginx import Nginx
 from tests.servers import debian
@@ -137,19 +138,27 @@ def serving(args: list[str], env: dict[str, str] | None = None) -> Iterator[tupl
             raise
 
 
-def minimal_serving(root: Path, array: str) -> Any:
-    """The reference aiohttp handler (``minimal_server.py``) for ``array``: flat files
-    opened per request, or inner chunks by ``pread`` from shard files opened at start."""
+def minimal_serving(root: Path, array: str, loop: str) -> Any:
+    """The reference aiohttp handler (``minimal_server.py``) for ``array`` on ``loop``:
+    flat files opened per request, or inner chunks by ``pread`` from shard files opened
+    at start."""
+    env = {**os.environ, LOOP_ENV: loop}
     if array == "flat":
-        return serving([*MINIMAL, "flat", str(root)])
-    return serving([*MINIMAL, "shards", str(root), array])
+        return serving([*MINIMAL, "flat", str(root)], env)
+    return serving([*MINIMAL, "shards", str(root), array], env)
 
 
 @contextmanager
 def asyncshard_serving(
-    root: Path, workers: int, unshard: bool, src: str | None = None, extra: tuple[str, ...] = ()
+    root: Path,
+    workers: int,
+    unshard: bool,
+    src: str | None = None,
+    extra: tuple[str, ...] = (),
+    loop: str = "uvloop",
 ) -> Iterator[tuple[str, int]]:
-    """``asyncshard serve`` on a free port; yields its base URL and the parent's pid.
+    """``asyncshard serve`` on a free port and ``loop``; yields its base URL and the
+    parent's pid.
 
     ``src``: run the asyncshard of another source tree (``PYTHONPATH``), e.g. an older
     commit's, which has no ``--workers`` (only 1 then)."""
@@ -159,7 +168,9 @@ def asyncshard_serving(
     if unshard:
         args.append("--unshard")
     args += extra
-    env = {**os.environ, "PYTHONPATH": src} if src else None
+    env = {**os.environ, LOOP_ENV: loop}
+    if src:
+        env["PYTHONPATH"] = src
     with serving(args, env) as found:
         yield found
 
@@ -220,6 +231,14 @@ def children_cpu() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--loops",
+        nargs="+",
+        choices=["asyncio", "uvloop"],
+        default=["asyncio", "uvloop"],
+        help="the event loops the Python servers run on (ASYNCSHARD_EVENT_LOOP); two "
+        "workers run on the last",
+    )
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
@@ -234,21 +253,56 @@ def main() -> None:
         root = Path(tmp) / "data"
         write_dataset(root)
         scripts = {"flat": lua_script(Path(tmp), "flat"), "arr": lua_script(Path(tmp), "arr")}
-        cases = [
-            Case("nginx, flat files", "flat", "nginx"),
-            Case("minimal aiohttp, flat (open/read/close)", "flat", "minimal"),
-            Case("minimal aiohttp, shards (pread, open fds)", "arr", "minimal"),
-            Case("asyncshard serve --unshard, no data cache", "arr", "serve", 1, NO_DATA_CACHE),
-        ]
-        if args.baseline_src:
-            cases.append(Case("baseline serve, flat", "flat", "baseline"))
-            cases.append(Case("baseline serve --unshard", "arr", "baseline"))
+        cases = [Case("nginx, flat files", "flat", "nginx")]
+        for loop in args.loops:
+            cases += [
+                Case(
+                    f"minimal aiohttp, flat (open/read/close), {loop}", "flat", "minimal", loop=loop
+                ),
+                Case(
+                    f"minimal aiohttp, shards (pread, open fds), {loop}",
+                    "arr",
+                    "minimal",
+                    loop=loop,
+                ),
+            ]
+        if args.baseline_src:  # an older tree runs asyncio's loop (it may predate the choice)
+            cases.append(Case("baseline serve, flat", "flat", "baseline", loop="asyncio"))
+            cases.append(Case("baseline serve --unshard", "arr", "baseline", loop="asyncio"))
+        for loop in args.loops:
+            cases.append(Case(f"asyncshard serve, flat, {loop}", "flat", "serve", loop=loop))
+            cases.append(Case(f"asyncshard serve --unshard, {loop}", "arr", "serve", loop=loop))
+        loop = args.loops[-1]
+        cases.append(
+            Case(
+                f"asyncshard serve --unshard, no data cache, {loop}",
+                "arr",
+                "serve",
+                1,
+                NO_DATA_CACHE,
+                loop,
+            )
+        )
         for workers in args.workers:
+            if workers == 1:
+                continue
             cases.append(
-                Case(f"asyncshard serve, flat, --workers {workers}", "flat", "serve", workers)
+                Case(
+                    f"asyncshard serve, flat, {loop}, --workers {workers}",
+                    "flat",
+                    "serve",
+                    workers,
+                    loop=loop,
+                )
             )
             cases.append(
-                Case(f"asyncshard serve --unshard, --workers {workers}", "arr", "serve", workers)
+                Case(
+                    f"asyncshard serve --unshard, {loop}, --workers {workers}",
+                    "arr",
+                    "serve",
+                    workers,
+                    loop=loop,
+                )
             )
         results: dict[str, list[Measured]] = {}
         for _ in range(args.rounds):
@@ -260,11 +314,11 @@ def main() -> None:
                     results.setdefault(case.label, []).append(measured)
                     continue
                 if case.kind == "minimal":
-                    server_cm = minimal_serving(root, case.array)
+                    server_cm = minimal_serving(root, case.array, case.loop)
                 else:
                     src = args.baseline_src if case.kind == "baseline" else None
                     server_cm = asyncshard_serving(
-                        root, case.workers, case.array == "arr", src, case.extra
+                        root, case.workers, case.array == "arr", src, case.extra, case.loop
                     )
                 with server_cm as (url, pid):
                     run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
@@ -284,18 +338,20 @@ def main() -> None:
             )
             for label, runs in results.items()
         }
-        minimal = {c.array: medians[c.label].rate for c in cases if c.kind == "minimal"}
+        minimal = {(c.array, c.loop): medians[c.label].rate for c in cases if c.kind == "minimal"}
         print(
-            f"{'server':46} {'req/s':>8} {'CPU-us/req':>11} {'wrk CPU-us':>11} {'cores':>6} "
+            f"{'server':52} {'req/s':>8} {'CPU-us/req':>11} {'wrk CPU-us':>11} {'cores':>6} "
             f"{'x minimal':>10} {'x 1 worker':>11}"
         )
         for case in cases:
             m = medians[case.label]
-            one = medians.get(case.label.replace(f"--workers {case.workers}", "--workers 1"))
+            one = medians.get(case.label.replace(f", --workers {case.workers}", ""))
             scaling = f"{m.rate / one.rate:11.2f}" if case.workers > 1 and one else " " * 11
+            ref = minimal.get((case.array, case.loop))
+            ratio = f"{m.rate / ref:10.2f}" if ref else " " * 10
             print(
-                f"{case.label:46} {m.rate:8.0f} {m.server_cpu:11.0f} {m.wrk_cpu:11.0f} "
-                f"{m.cores():6.2f} {m.rate / minimal[case.array]:10.2f} {scaling}"
+                f"{case.label:52} {m.rate:8.0f} {m.server_cpu:11.0f} {m.wrk_cpu:11.0f} "
+                f"{m.cores():6.2f} {ratio} {scaling}"
             )
         print(
             "cores: what the server and wrk kept busy together, of the machine's "
@@ -312,6 +368,7 @@ class Case:
     kind: str  # nginx, minimal, serve or baseline
     workers: int = 1
     extra: tuple[str, ...] = ()
+    loop: str = ""  # the Python servers' event loop; compared with the minimal one on it
 
 
 NO_DATA_CACHE = ("--data-cache-bytes", "0")

@@ -28,6 +28,9 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from asyncshard import loops
+
 ChunkTable = dict[str, tuple[int, int, int]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -113,7 +116,7 @@ def main() -> None:
         await stop.wait()
         await runner.cleanup()
 
-    asyncio.run(start())
+    loops.run(start())  # the loop ASYNCSHARD_EVENT_LOOP names, as for asyncshard serve
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from asyncshard import loops
+
 T = TypeVar("T")
 
 _lock = threading.Lock()
@@ -25,7 +27,7 @@ def _background_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
         if _loop is None or _thread is None or not _thread.is_alive():
-            loop = asyncio.new_event_loop()
+            loop = loops.new_event_loop()
             thread = threading.Thread(
                 target=loop.run_forever, name="asyncshard-blocking", daemon=True
             )

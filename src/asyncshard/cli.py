@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import sys
 from collections.abc import Callable, Coroutine
@@ -10,7 +9,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from asyncshard import __version__
+from asyncshard import __version__, loops
 from asyncshard.backends.registry import open_store
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, parse_range
@@ -27,7 +26,7 @@ def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return asyncio.run(func(*args, **kwargs))
+            return loops.run(func(*args, **kwargs))
         except BrokenPipeError:
             raise  # the reader went away (``ls | head``): click ends quietly, status 1
         except (AsyncShardError, OSError) as exc:

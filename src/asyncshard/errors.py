@@ -110,6 +110,10 @@ class UnknownOptionError(StoreConfigError, TypeError):
         self.options = options or []
 
 
+class EventLoopError(AsyncShardError, ValueError):
+    """``ASYNCSHARD_EVENT_LOOP`` names a loop that is unknown or not installed."""
+
+
 class BucketNotFoundError(StoreConfigError):
     """The bucket or container a store names does not exist (not a missing key)."""
 

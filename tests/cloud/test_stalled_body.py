@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import uvloop
 
 from asyncshard.backends import open_store
 from asyncshard.ranges import Range
@@ -106,7 +107,20 @@ async def largest_pause(during: asyncio.Task[object]) -> float:
 async def test_a_stalled_body_does_not_block_the_loop(
     stalling: str, key: str, rng: Range | None, expected: bytes
 ) -> None:
-    store = open_store(stalling)
+    await check_reads(stalling, key, rng, expected)
+
+
+@pytest.mark.parametrize("key", ["big", "small"])
+def test_a_stalled_body_does_not_block_uvloop(stalling: str, key: str) -> None:
+    """The same on uvloop, the loop of asyncshard's own entry points."""
+    expected = {"big": BODY, "small": SMALL}[key]
+    loop_kind = uvloop.run(check_reads(stalling, key, Range(2, 12), expected[2:12]))
+    assert loop_kind is uvloop.Loop
+
+
+async def check_reads(url: str, key: str, rng: Range | None, expected: bytes) -> type:
+    """Read ``key`` plainly and conditioned while the body stalls; the loop's type."""
+    store = open_store(url)
     try:
         started = time.monotonic()
         read = asyncio.ensure_future(store.get(key, rng))
@@ -121,3 +135,4 @@ async def test_a_stalled_body_does_not_block_the_loop(
         assert result is not None and bytes(result.data) == expected
     finally:
         await store.close()
+    return type(asyncio.get_running_loop())

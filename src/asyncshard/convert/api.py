@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any, ParamSpec, TypeVar
 
+from asyncshard import loops
 from asyncshard.backends.registry import merge_options, split_options
 
 __all__ = ["blocking", "fold_storage_options", "run_sync"]
@@ -29,7 +30,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return loops.run(coro)
     coro.close()
     raise RuntimeError(
         "an event loop is running: await the *_async variant of this function instead"

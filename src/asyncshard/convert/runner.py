@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from asyncshard import loops
 from asyncshard.convert.report import TaskResult
 from asyncshard.store import Store
 
@@ -209,7 +210,7 @@ def run_batch(
                 await run_tasks(executor, tasks, results.append, max_in_flight)
         return results
 
-    return asyncio.run(go())
+    return loops.run(go())
 
 
 def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -15,6 +14,7 @@ from typing import Any
 
 import click
 
+from asyncshard import loops
 from asyncshard.cache import DEFAULT_CACHE_BYTES
 from asyncshard.errors import AsyncShardError
 from asyncshard.server.config import (
@@ -170,7 +170,7 @@ def serve(
         storage = storage_options(url, endpoint, anon, option)
         with _demo_folder(demo or "") as folder:
             if demo is not None:
-                summary = asyncio.run(write_demo(folder))
+                summary = loops.run(write_demo(folder))
                 click.echo(
                     f"Wrote the demo volume (z, y, x = {summary['shape_zyx']}) to {folder}: "
                     f"{summary['zarr_shards']} zarr3 shards, "
@@ -199,10 +199,10 @@ def serve(
                 sys.stdout.flush()
 
             if workers == 1:
-                asyncio.run(serve_config(config, ready=ready))
+                loops.run(serve_config(config, ready=ready))
             else:
                 if not writable:
-                    asyncio.run(check_url(config))
+                    loops.run(check_url(config))
                 serve_workers(config, ready)
     except (AsyncShardError, OSError, ValueError, NothingToServe, WorkerFailed) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None

@@ -19,7 +19,6 @@ connections of a store) leaks into the workers.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import multiprocessing
@@ -31,6 +30,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess as Process
 from types import FrameType
 
+from asyncshard import loops
 from asyncshard.server.runner import ServeConfig, configure_logging, serve_config
 
 #: Seconds a worker has to stop after SIGTERM before it is killed (more than the
@@ -56,7 +56,7 @@ def _worker(config: ServeConfig, port: int, ready: Connection) -> None:
         ready.close()
 
     shared = dataclasses.replace(config, port=port)
-    asyncio.run(serve_config(shared, ready=listening, check=False, reuse_port=True))
+    loops.run(serve_config(shared, ready=listening, check=False, reuse_port=True))
 
 
 def _placeholder(host: str, port: int) -> socket.socket:

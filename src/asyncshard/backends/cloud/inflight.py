@@ -21,6 +21,11 @@ Two measures, in :class:`InFlight` and :func:`drain`:
   ``call_soon_threadsafe`` it entered from outside Python (the tail of a completion),
   releasing the GIL meanwhile. An ``atexit`` hook does the same for programs that never
   close their stores; it runs before the interpreter starts finalizing.
+
+On uvloop (:mod:`asyncshard.loops`) ``call_soon_threadsafe`` is compiled and keeps the
+GIL through its ``eventfd`` write, so the worker never waits to take it back and
+:func:`drain` finds nothing to wait for. :class:`InFlight` matters on both loops: a
+completion's first step, taking the GIL, must not fall into finalization either.
 """
 
 from __future__ import annotations
