@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ import crc32c
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.errors import AsyncShardError, ChecksumError, CorruptShardError
@@ -712,3 +713,39 @@ def test_tensorstore_reads_single_inner_chunks(tmp_path: Path) -> None:
             assert value.state == "value" and bytes(value.value) == chunks[pos]
         else:
             assert value.state == "missing"
+
+
+_ENTRY_VALUES = st.one_of(
+    st.sampled_from([0, 1, 60, 100, 2**63, 2**64 - 2, EMPTY]), st.integers(0, 2**64 - 1)
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_ENTRY_VALUES, _ENTRY_VALUES), min_size=1, max_size=8),
+    st.one_of(st.none(), st.integers(0, 200)),
+)
+@example([(0, EMPTY)], None)  # half empty, though offset + nbytes fits in 64 bits
+@example([(EMPTY, 0)], None)
+@example([(2**63, 2**63)], None)  # overflows by one
+@example([(2**63, 2**63 - 1), (EMPTY, EMPTY)], None)
+@example([(0, 60), (60, 41)], 100)  # one byte past the data region
+def test_small_index_checks_agree_with_the_vectorised_ones(
+    entries: list[tuple[int, int]], shard_size: int | None
+) -> None:
+    """An index small enough for the Python check is refused exactly when the same
+    entries, padded with empty ones past that size (the numpy check), are, and with
+    the same message."""
+    small = IndexLayout((len(entries),))
+    padded = entries + [(EMPTY, EMPTY)] * 300
+    large = IndexLayout((len(padded),))
+    outcomes = []
+    for layout, rows in ((small, entries), (large, padded)):
+        size = None if shard_size is None else shard_size + layout.index_nbytes
+        raw = encode_index(np.array(rows, dtype=np.uint64), layout)
+        try:
+            decode_index(raw, layout, shard_size=size)
+            outcomes.append("valid")
+        except CorruptShardError as exc:  # the region is the same, the shard size not
+            outcomes.append(re.sub(r"of a \d+-byte shard", "", str(exc)))
+    assert outcomes[0] == outcomes[1]
