@@ -20,10 +20,12 @@ rounds, median kept; every result is read back and checked before it counts):
   vs zarr-vectors' ``unshard_store`` (slow: ``--vectors-unshard-rounds``, default 1);
 * ``cp -r`` of each input, as the floor of what touching every object costs.
 
-``--backend local`` uses a folder (``--dir``); ``--backend s3`` serves a folder with
-``rclone serve s3`` (tests/servers/s3.py; jobs that read byte ranges go through the
-proxy that fixes rclone's ranged answers, for every tool alike) and runs every tool on
-its S3 URLs (zarr-vectors through an obstore ``S3Store``); ``cp -r`` stays a local copy
+asyncshard's jobs run on the event loop of its commands (uvloop), or on asyncio's with
+``--loop asyncio``. ``--backend local`` uses a folder (``--dir``); ``--backend s3``
+serves a folder with ``rclone serve s3`` (tests/servers/s3.py; jobs that read byte
+ranges go through the proxy that fixes rclone's ranged answers, for every tool alike)
+and runs every tool on its S3 URLs (zarr-vectors through an obstore ``S3Store``);
+``cp -r`` stays a local copy
 of the same files, the floor of the disk below rclone.
 
 Each measurement runs in a fresh subprocess (imports excluded from wall and CPU; peak
@@ -148,7 +150,6 @@ def sharded_codecs(chunk: int, shard: int | None) -> list[dict[str, Any]]:
 
 def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run one job in this (fresh) process; return wall and CPU seconds."""
-    import asyncio
     import resource
 
     storage = args.get("storage")
@@ -170,7 +171,9 @@ def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
             coro = lambda: reshard_async(src, args["shard"], **options)  # noqa: E731
         else:  # reshard keeping the keys (the input's "."): two passes
             coro = lambda: reshard_async(src, args["shard"], separator=".", **options)  # noqa: E731
-        run = lambda: asyncio.run(coro())  # noqa: E731
+        from asyncshard import loops
+
+        run = lambda: loops.run(coro())  # noqa: E731  # the loop of asyncshard's commands
     elif job == "tensorstore":
         import tensorstore as ts
 
@@ -415,11 +418,18 @@ def main() -> None:
     parser.add_argument("--vectors-shard", type=int, default=8)
     parser.add_argument("--vectors-unshard-rounds", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (a temp dir)")
+    parser.add_argument(
+        "--loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="asyncshard's event loop (ASYNCSHARD_EVENT_LOOP; its commands pick uvloop)",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
+    if args.child:  # on the loop the parent's environment names
         print(json.dumps(child(args.child[0], json.loads(args.child[1]))))
         return
+    os.environ["ASYNCSHARD_EVENT_LOOP"] = args.loop  # the children inherit it
 
     work = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
     bench = Bench(args, work)
