@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from asyncshard import loops
 
 ChunkTable = dict[str, tuple[int, int, int]]

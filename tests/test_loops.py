@@ -4,18 +4,25 @@ says otherwise, and a clear error for a loop that is unknown or missing."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import multiprocessing
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import uvloop
 from click.testing import CliRunner
 
-from asyncshard import EventLoopError, LocalStore, loops
+from asyncshard import EventLoopError, LocalStore, blocking, loops
 from asyncshard.blocking import run_blocking
 from asyncshard.cli import cli
+from asyncshard.convert import runner
 from asyncshard.convert.api import run_sync
+from asyncshard.server import command, workers
+from asyncshard.server.config import AppConfig
+from asyncshard.server.runner import ServeConfig
 
 
 async def loop_type() -> type:
@@ -59,9 +66,16 @@ def test_an_unknown_loop_is_a_typed_error_and_the_coroutine_never_starts(
     async def work() -> None:
         started.append(True)
 
+    coro = work()
     with pytest.raises(EventLoopError, match=r"ASYNCSHARD_EVENT_LOOP='tokio'.*auto, uvloop"):
-        loops.run(work())
-    assert started == []
+        loops.run(coro)
+    assert started == [] and inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+    monkeypatch.setattr(blocking, "_loop", None)  # the background loop not started yet
+    monkeypatch.setattr(blocking, "_thread", None)
+    coro = work()
+    with pytest.raises(EventLoopError):
+        blocking.run_blocking(coro)
+    assert started == [] and inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
 
 
 def test_uvloop_asked_for_but_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,3 +116,51 @@ def test_synchronous_store_calls_run_on_the_chosen_loop(tmp_path: Path) -> None:
     loop = loops.new_event_loop()
     loop.close()
     assert run_blocking(loop_type()) is type(loop)
+
+
+def test_serve_and_each_worker_run_on_the_chosen_loop(
+    tmp_path: Path, created: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[type] = []
+
+    async def serve_config(config: ServeConfig, **kwargs: object) -> None:
+        seen.append(type(asyncio.get_running_loop()))  # instead of serving until stopped
+
+    monkeypatch.setattr(command, "serve_config", serve_config)
+    monkeypatch.setattr(workers, "serve_config", serve_config)
+    (tmp_path / "k").write_bytes(b"x")
+    result = CliRunner().invoke(command.serve, [str(tmp_path), "--quiet"])
+    assert result.exit_code == 0, result.output
+    # what a --workers process runs, run here (its SIGINT setting left alone)
+    monkeypatch.setattr(workers.signal, "signal", lambda *args: None)
+    _, ready = multiprocessing.Pipe()
+    workers._worker(ServeConfig(str(tmp_path), AppConfig(), quiet=True), 0, ready)
+    assert seen == [uvloop.Loop, uvloop.Loop] and len(created) == 2
+
+
+def test_serve_with_workers_refuses_an_unknown_loop_before_starting_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(loops.ENV, "tokio")
+    started: list[object] = []
+    monkeypatch.setattr(command, "serve_workers", lambda *args: started.append(args))
+    (tmp_path / "k").write_bytes(b"x")
+    args = [str(tmp_path), "--workers", "2", "--writable", "--quiet"]
+    result = CliRunner().invoke(command.serve, args)
+    assert result.exit_code == 1 and started == []
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: EventLoopError:")
+
+
+def test_dask_tasks_run_on_the_chosen_loop(
+    created: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[type] = []
+
+    async def run_tasks(*args: object) -> None:
+        seen.append(type(asyncio.get_running_loop()))
+
+    monkeypatch.setattr(runner, "run_tasks", run_tasks)
+    spec = SimpleNamespace(executor=lambda store: None)
+    target = runner.StoreAddress("memory://", {})
+    assert runner.run_batch(target, None, spec, [], 1) == []  # type: ignore[arg-type]
+    assert seen == [uvloop.Loop] and len(created) == 1

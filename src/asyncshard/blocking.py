@@ -38,7 +38,11 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on the background loop and return its result."""
-    loop = _background_loop()
+    try:
+        loop = _background_loop()
+    except BaseException:  # e.g. EventLoopError: the coroutine never runs
+        coro.close()
+        raise
     if threading.current_thread() is _thread:
         coro.close()
         raise RuntimeError("a synchronous store call cannot run on the store's own sync loop")

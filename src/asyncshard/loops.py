@@ -7,9 +7,9 @@ sync thread) keeps it: a library does not replace the caller's loop.
 
 Why uvloop: every obstore read completes on a worker thread through the loop's
 ``call_soon_threadsafe``, one or two per request. asyncio wakes its loop with a write to
-a self-pipe per call; uvloop coalesces the wake-ups into one ``eventfd`` write per loop
-iteration and runs the callbacks in C. Single chunk reads over HTTP run about 1.5x as
-fast (``docs/performance.md``).
+a self-pipe per call; uvloop coalesces the wake-ups into one write per loop iteration
+(an ``eventfd`` on Linux) and schedules in C. Single chunk reads over HTTP on loopback
+run about 1.5x as fast (``docs/performance.md``).
 
 ``ASYNCSHARD_EVENT_LOOP`` chooses: ``auto`` (the default: uvloop if importable, else
 asyncio's), ``uvloop`` (an error if it is not installed) or ``asyncio``.

@@ -110,12 +110,16 @@ async def test_a_stalled_body_does_not_block_the_loop(
     await check_reads(stalling, key, rng, expected)
 
 
-@pytest.mark.parametrize("key", ["big", "small"])
-def test_a_stalled_body_does_not_block_uvloop(stalling: str, key: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "rng", "expected"),
+    [("big", None, BODY), ("small", Range(2, 12), SMALL[2:12])],
+    ids=["whole", "small-range"],
+)
+def test_a_stalled_body_does_not_block_uvloop(
+    stalling: str, key: str, rng: Range | None, expected: bytes
+) -> None:
     """The same on uvloop, the loop of asyncshard's own entry points."""
-    expected = {"big": BODY, "small": SMALL}[key]
-    loop_kind = uvloop.run(check_reads(stalling, key, Range(2, 12), expected[2:12]))
-    assert loop_kind is uvloop.Loop
+    assert uvloop.run(check_reads(stalling, key, rng, expected)) is uvloop.Loop
 
 
 async def check_reads(url: str, key: str, rng: Range | None, expected: bytes) -> type:

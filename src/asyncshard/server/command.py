@@ -167,6 +167,7 @@ def serve(
     app_config = AppConfig(**answer)  # the flags' own checks keep its ValueErrors away
     configure_logging(quiet)
     try:
+        loops.loop_factory()  # a bad ASYNCSHARD_EVENT_LOOP fails here, not in each worker
         storage = storage_options(url, endpoint, anon, option)
         with _demo_folder(demo or "") as folder:
             if demo is not None:

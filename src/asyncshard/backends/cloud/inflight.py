@@ -23,8 +23,8 @@ Two measures, in :class:`InFlight` and :func:`drain`:
   close their stores; it runs before the interpreter starts finalizing.
 
 On uvloop (:mod:`asyncshard.loops`) ``call_soon_threadsafe`` is compiled and keeps the
-GIL through its ``eventfd`` write, so the worker never waits to take it back and
-:func:`drain` finds nothing to wait for. :class:`InFlight` matters on both loops: a
+GIL through its wake-up write (libuv's ``uv_async_send``), so the worker never waits to
+take it back and :func:`drain` finds nothing to wait for. :class:`InFlight` matters on both loops: a
 completion's first step, taking the GIL, must not fall into finalization either.
 """
 
