@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
-from benchmarks.common import sharding_codec
+from benchmarks.common import add_loop_argument, sharding_codec, use_loop
 
 MB = 1e6
 
@@ -418,18 +418,13 @@ def main() -> None:
     parser.add_argument("--vectors-shard", type=int, default=8)
     parser.add_argument("--vectors-unshard-rounds", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (a temp dir)")
-    parser.add_argument(
-        "--loop",
-        choices=["uvloop", "asyncio"],
-        default="uvloop",
-        help="asyncshard's event loop (ASYNCSHARD_EVENT_LOOP; its commands pick uvloop)",
-    )
+    add_loop_argument(parser, "asyncshard's event loop")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # on the loop the parent's environment names
         print(json.dumps(child(args.child[0], json.loads(args.child[1]))))
         return
-    os.environ["ASYNCSHARD_EVENT_LOOP"] = args.loop  # the children inherit it
+    use_loop(args.loop)  # the children inherit it
 
     work = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
     bench = Bench(args, work)

@@ -56,9 +56,15 @@ from obstore.store import HTTPStore
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asyncshard import loops, open_store
 from asyncshard.cache import LoadingCache
-from asyncshard.loops import ENV as LOOP_ENV
 from asyncshard.sharding import PrecomputedVolume, ZarrShardedStore
-from benchmarks.common import Timed, bounded, cpu_now, sharding_codec
+from benchmarks.common import (
+    Timed,
+    add_loop_argument,
+    bounded,
+    cpu_now,
+    sharding_codec,
+    use_loop,
+)
 from benchmarks.nginx import Nginx
 
 SHAPE = (512, 512, 256)
@@ -438,13 +444,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--readers", help="only the readers whose labels start with one of these (;-separated)"
     )
-    parser.add_argument(
-        "--loop",
-        choices=["uvloop", "asyncio"],
-        default="uvloop",
-        help="the event loop every reader runs on (asyncshard's entry points pick uvloop)",
-    )
+    add_loop_argument(parser, "the event loop every reader runs on")
     arguments = parser.parse_args()
-    os.environ[LOOP_ENV] = arguments.loop
+    use_loop(arguments.loop)
     print(f"event loop: {arguments.loop}")
     loops.run(main(arguments))

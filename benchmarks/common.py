@@ -1,10 +1,12 @@
-"""What several benchmarks share: free ports, bounded concurrency, the Zarr sharding
-codec of their arrays, and AWS credentials files for tensorstore's ``s3`` kvstore (no
-credential chain is asked). nginx: ``nginx.py``."""
+"""What several benchmarks share: free ports, bounded concurrency, the ``--loop``
+option, the Zarr sharding codec of their arrays, and AWS credentials files for
+tensorstore's ``s3`` kvstore (no credential chain is asked). nginx: ``nginx.py``."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import resource
 import socket
 from collections.abc import Awaitable, Callable
@@ -29,6 +31,18 @@ async def bounded(limit: int, jobs: list[Callable[[], Awaitable[Any]]]) -> None:
             await job()
 
     await asyncio.gather(*(run(j) for j in jobs))
+
+
+def add_loop_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--loop uvloop|asyncio`` (uvloop by default, as asyncshard's commands)."""
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help=help)
+
+
+def use_loop(name: str) -> None:
+    """Run asyncshard (here and in child processes) on the event loop ``name``."""
+    from asyncshard.loops import ENV
+
+    os.environ[ENV] = name
 
 
 def aws_profile(folder: Path, access_key: str, secret_key: str, region: str) -> dict[str, Any]:

@@ -24,8 +24,9 @@ Two measures, in :class:`InFlight` and :func:`drain`:
 
 On uvloop (:mod:`asyncshard.loops`) ``call_soon_threadsafe`` is compiled and keeps the
 GIL through its wake-up write (libuv's ``uv_async_send``), so the worker never waits to
-take it back and :func:`drain` finds nothing to wait for. :class:`InFlight` matters on both loops: a
-completion's first step, taking the GIL, must not fall into finalization either.
+take it back and :func:`drain` finds nothing to wait for. :class:`InFlight` matters on
+both loops: a completion's first step, taking the GIL, must not fall into finalization
+either.
 """
 
 from __future__ import annotations
