@@ -24,11 +24,13 @@ access log lines of the batch: the same measure for every reader) and requests (
 lines, ``304`` revalidations included), against the bytes needed (chunks x 4096), the
 memory the batch grew the process by (peak RSS during the batch minus RSS before it:
 ``VmHWM`` after resetting it through ``/proc/self/clear_refs``, else ``ru_maxrss``) and
-the CPU time of the reader's process (all its threads; not nginx's). Printed: each run,
+the CPU time of the reader's process (all its threads; not nginx's). Every reader runs
+on the event loop ``--loop`` (uvloop by default, as asyncshard's commands; tensorstore's
+futures complete through it too). Printed: each run,
 then medians of ``--rounds`` interleaved rounds (the order rotates), ratios to
 tensorstore, the load average and versions. nginx is apt-installed if missing.
 
-    python benchmarks/bench_overfetch.py [--chunks 2000] [--rounds 3] \
+    python benchmarks/bench_overfetch.py [--chunks 2000] [--rounds 3] [--loop asyncio] \
         [--baseline-src /tmp/asyncshard-before]
 """
 
@@ -56,10 +58,11 @@ from typing import Any
 
 import numpy as np
 import tensorstore as ts
+import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmarks.nginx as nginx_module
-from benchmarks.common import Timed, cpu_now, sharding_codec
+from benchmarks.common import Timed, add_loop_argument, cpu_now, sharding_codec
 from benchmarks.nginx import Nginx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -251,10 +254,11 @@ def asyncshard_path(tree: Path) -> Path:
 
 
 def run_reader(
-    reader: str, src: Path, server: SizedNginx, coords_file: Path, n: int
+    reader: str, src: Path, server: SizedNginx, coords_file: Path, n: int, loop: str
 ) -> tuple[Run, dict[str, Any]]:
     command = [sys.executable, __file__, "--child", reader, "--url", server.url]
     command += ["--log", str(server.access_log), "--coords", str(coords_file)]
+    command += ["--loop", loop]
     env = {**os.environ, "PYTHONPATH": str(asyncshard_path(src))}
     out = subprocess.run(command, env=env, capture_output=True, text=True)
     if out.returncode:
@@ -292,7 +296,7 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace, loads: list[
     print(
         f"\n{SHAPE[0]}^3 uint8, {SHARD}^3 shards of {CHUNK}^3 inner chunks ({CHUNK_BYTES} B), "
         f"{args.chunks} random chunks in one batch, cold, loopback HTTP (nginx), "
-        f"median of {args.rounds} rounds, {os.cpu_count()} CPUs"
+        f"median of {args.rounds} rounds, {os.cpu_count()} CPUs, {args.loop} event loop"
     )
     print("load average (/proc/loadavg) before and after: " + " | ".join(loads))
     head = ("reader", "chunks/s", "MB sent", "sent/need", "requests", "mem MB", "x rate", "x mem")
@@ -331,7 +335,7 @@ def main(args: argparse.Namespace) -> None:
                 order = readers[r % len(readers) :] + readers[: r % len(readers)]
                 for reader in order:
                     src = trees.get(reader, REPO)
-                    run, got = run_reader(reader, src, server, coords_file, args.chunks)
+                    run, got = run_reader(reader, src, server, coords_file, args.chunks, args.loop)
                     results[reader].append(run)
                     where = got.get("module", "")
                     if where and not where.startswith(str(asyncshard_path(src))):
@@ -364,6 +368,7 @@ if __name__ == "__main__":
         help="also read with the asyncshard of this source tree (a worktree of the commit "
         "before the over-fetch bound, or its src/), in its own processes",
     )
+    add_loop_argument(parser, "the event loop every reader runs on")
     # one reader in this process (the parent starts these)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -372,7 +377,9 @@ if __name__ == "__main__":
     parsed = parser.parse_args()
     if parsed.child:
         coords = [tuple(c) for c in json.loads(Path(parsed.coords).read_text())]
-        got = asyncio.run(child(parsed.child, parsed.url, Path(parsed.log), coords))
+        # uvloop directly: the --baseline-src tree may predate asyncshard.loops
+        run_on_loop = uvloop.run if parsed.loop == "uvloop" else asyncio.run
+        got = run_on_loop(child(parsed.child, parsed.url, Path(parsed.log), coords))
         print(json.dumps(got))
     else:
         main(parsed)
