@@ -25,8 +25,7 @@ asyncshard's jobs run on the event loop of its commands (uvloop), or on asyncio'
 serves a folder with ``rclone serve s3`` (tests/servers/s3.py; jobs that read byte
 ranges go through the proxy that fixes rclone's ranged answers, for every tool alike)
 and runs every tool on its S3 URLs (zarr-vectors through an obstore ``S3Store``);
-``cp -r`` stays a local copy
-of the same files, the floor of the disk below rclone.
+``cp -r`` stays a local copy of the same files, the floor of the disk below rclone.
 
 Each measurement runs in a fresh subprocess (imports excluded from wall and CPU; peak
 RSS is the child's ``ru_maxrss``). Dirty pages are flushed before each run; the page

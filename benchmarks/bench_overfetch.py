@@ -26,9 +26,9 @@ memory the batch grew the process by (peak RSS during the batch minus RSS before
 ``VmHWM`` after resetting it through ``/proc/self/clear_refs``, else ``ru_maxrss``) and
 the CPU time of the reader's process (all its threads; not nginx's). Every reader runs
 on the event loop ``--loop`` (uvloop by default, as asyncshard's commands; tensorstore's
-futures complete through it too). Printed: each run,
-then medians of ``--rounds`` interleaved rounds (the order rotates), ratios to
-tensorstore, the load average and versions. nginx is apt-installed if missing.
+futures complete through it too). Printed: each run, then medians of ``--rounds``
+interleaved rounds (the order rotates), ratios to tensorstore, the load average and
+versions. nginx is apt-installed if missing.
 
     python benchmarks/bench_overfetch.py [--chunks 2000] [--rounds 3] [--loop asyncio] \
         [--baseline-src /tmp/asyncshard-before]
