@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -281,6 +282,26 @@ async def test_etag_changes_with_the_object(served: Served, http: aiohttp.Client
     status, after, body = await get(http, f"{served.url}/obj", {"If-None-Match": before["ETag"]})
     assert (status, body) == (200, b"new content")
     assert after["ETag"] != before["ETag"]
+
+
+async def test_plain_gets_carry_the_headers_of_the_current_object(
+    served: Served, http: aiohttp.ClientSession
+) -> None:
+    """Whole-body answers reuse their headers per key (the server remembers them) only
+    while the object is the same one: a replaced object gets its own."""
+    _, first, _ = await get(http, f"{served.url}/obj")
+    _, again, _ = await get(http, f"{served.url}/obj")
+    assert again["ETag"] == first["ETag"]
+    os.utime(served.root / "obj", (0, 0))  # the same bytes, another modification time
+    _, touched, body = await get(http, f"{served.url}/obj")
+    assert body == DATA
+    assert touched["Last-Modified"] == "Thu, 01 Jan 1970 00:00:00 GMT"
+    assert touched["ETag"] != first["ETag"]
+    (served.root / "obj").write_bytes(b"new content")
+    status, after, body = await get(http, f"{served.url}/obj")
+    assert (status, body) == (200, b"new content")
+    assert after["ETag"] not in (first["ETag"], touched["ETag"])
+    assert after["Content-Length"] == str(len(b"new content"))
 
 
 @pytest.mark.parametrize("value", ["public, max-age=86400, immutable", None])

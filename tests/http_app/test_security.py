@@ -13,8 +13,9 @@ import pytest
 
 import asyncshard.server.writes as writes_module
 from asyncshard.backends import open_store
+from asyncshard.errors import InvalidKeyError
 from asyncshard.server import AppConfig, make_app
-from asyncshard.server.keys import key_url_path, parse_path
+from asyncshard.server.keys import REMEMBERED_PATH, key_url_path, parse_path
 from tests.http_app.conftest import DATA, Served, ServeFactory, raw_request
 
 SECRET = b"TOPSECRET-outside-the-root"
@@ -103,6 +104,19 @@ def test_parse_path() -> None:
     assert parse_path("/a+b").key == "a+b"
     assert key_url_path("sp ace/a#b?") == "/sp%20ace/a%23b%3F"
     assert parse_path(key_url_path("sp ace/a#b?")).key == "sp ace/a#b?"
+
+
+@pytest.mark.parametrize("length", [REMEMBERED_PATH - 1, REMEMBERED_PATH, REMEMBERED_PATH + 1])
+def test_parse_path_is_the_same_whether_remembered_or_not(length: int) -> None:
+    """Short paths' answers are remembered, long ones parsed each time: both the same,
+    and an invalid path refused every time it comes."""
+    folder = "/" + "d" * (length - 3) + "/x"
+    assert len(folder) == length
+    for _ in range(2):
+        assert parse_path(folder) == (folder[1:], False)
+        assert parse_path(folder + "/") == (folder[1:] + "/", True)
+        with pytest.raises(InvalidKeyError):
+            parse_path(folder[: length - 2] + "/..")
 
 
 # -- writes --------------------------------------------------------------------------------

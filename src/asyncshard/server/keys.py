@@ -10,6 +10,7 @@ outside the served root has a URL.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 from urllib.parse import quote, unquote_to_bytes
 
@@ -34,11 +35,24 @@ def _segment(raw: str) -> str:
     return text
 
 
+#: Paths up to this long have their answer remembered (4,096 of them: a bounded memory,
+#: whatever the clients send).
+REMEMBERED_PATH = 256
+
+
 def parse_path(raw_path: str) -> UrlPath:
     """The key or folder that the raw request path ``raw_path`` names.
 
     ``/`` is the root folder, ``/a/b/`` the folder ``a/b/`` and ``/a/b`` the key ``a/b``.
+    The answers for the most recent short paths are remembered (viewers ask for the same
+    paths again and again); a failure is not.
     """
+    if len(raw_path) <= REMEMBERED_PATH:
+        return _remembered(raw_path)
+    return _parse(raw_path)
+
+
+def _parse(raw_path: str) -> UrlPath:
     path = raw_path
     if "?" in path or "#" in path:
         path = path.split("?", 1)[0].split("#", 1)[0]
@@ -54,6 +68,9 @@ def parse_path(raw_path: str) -> UrlPath:
         segments = [_segment(s) for s in (body[:-1] if is_dir else body).split("/")]
         key = validate_key("/".join(segments))
     return UrlPath(key + "/" if is_dir else key, is_dir)
+
+
+_remembered = functools.lru_cache(maxsize=4096)(_parse)
 
 
 def key_url_path(key: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -39,6 +40,17 @@ WRITE_SLICE = 64 * 1024
 #: by it at once).
 FIRST_SLICE = Range(0, WRITE_SLICE)
 CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range")
+#: Keys whose whole-body answer headers are remembered (:meth:`Reader.whole_headers`).
+REMEMBERED_HEADERS = 4096
+
+
+def is_conditional(headers: Mapping[str, str]) -> bool:
+    """Whether the request headers carry a precondition (a plain loop: cheaper per
+    request than ``any`` over a generator)."""
+    for name in CONDITIONAL:  # noqa: SIM110 (the loop is the point)
+        if name in headers:
+            return True
+    return False
 
 
 @dataclass
@@ -106,6 +118,7 @@ class Reader:
         self.budget = budget
         self.stalls = stalls
         self.common = common
+        self._headers: dict[str, tuple[ObjectMeta, dict[str, str]]] = {}
 
     # -- listings -------------------------------------------------------------------------
 
@@ -148,8 +161,7 @@ class Reader:
     async def read(self, request: web.BaseRequest, key: str) -> web.StreamResponse:
         headers = request.headers
         ranges = None if request.method == "HEAD" else parse_range_header(headers.get("Range"))
-        conditional = any(h in headers for h in CONDITIONAL)
-        if request.method != "HEAD" and not conditional:
+        if request.method != "HEAD" and not is_conditional(headers):
             answered = await self._read_now(request, key, ranges)
             if answered is not None:
                 return answered
@@ -200,13 +212,26 @@ class Reader:
             return error(404, f"404 Not Found: {key}")
         meta = first.meta
         if ranges is None and len(first.data) == meta.size:  # the whole body: sent at once
-            headers = object_headers(key, meta, self.config.cache_control)
+            headers = self.whole_headers(key, meta)
             return web.Response(status=200, headers=headers, body=unwrapped(first.data))
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None
         piece = self._piece(first, first_range, reservation)
         return await self._body(request, key, meta, ranges, piece)
+
+    def whole_headers(self, key: str, meta: ObjectMeta) -> dict[str, str]:
+        """:func:`object_headers` of a whole ``200`` answer, remembered per key for as long
+        as its metadata stays the same (a viewer asks for the same chunks again and
+        again). Read-only: ``aiohttp`` copies it into each response."""
+        known = self._headers.get(key)
+        if known is not None and (known[0] is meta or known[0] == meta):
+            return known[1]
+        headers = object_headers(key, meta, self.config.cache_control)
+        if len(self._headers) >= REMEMBERED_HEADERS:
+            self._headers.clear()
+        self._headers[key] = meta, headers
+        return headers
 
     async def _read_ahead(
         self,
