@@ -54,14 +54,20 @@ def resolve(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
     """Return the clamped ``(start, end)`` of ``byte_range`` in an object of ``size`` bytes."""
     if byte_range is None:
         return 0, size
-    if isinstance(byte_range, Range):
+    # comparisons rather than min/max calls: this runs for every read
+    if isinstance(byte_range, Range):  # 0 <= start <= end (checked when made)
         start, end = byte_range.start, byte_range.end
-    elif isinstance(byte_range, Offset):
+    elif isinstance(byte_range, Offset):  # offset >= 0
         start, end = byte_range.offset, size
     else:
         start, end = size - byte_range.length, size
-    start = min(max(start, 0), size)
-    return start, max(start, min(end, size))
+        if start < 0:
+            start = 0
+    if end > size:
+        end = size
+    if start > end:
+        start = end
+    return start, end
 
 
 def parse_range(text: str) -> ByteRange:

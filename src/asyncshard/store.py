@@ -318,11 +318,13 @@ class Store(ABC):
             raise
         if result is WOULD_WAIT:
             return result
-        self.stats.requests["get"] += 1
+        stats = self.stats
+        stats.requests["get"] += 1
         if isinstance(result, GetResult):
+            size = len(result.data)
             if not self.counts_calls:
-                self.stats.bytes_fetched += len(result.data)
-            self.stats.bytes_returned += len(result.data)
+                stats.bytes_fetched += size
+            stats.bytes_returned += size
         return result
 
     async def head(self, key: str) -> ObjectMeta | None:

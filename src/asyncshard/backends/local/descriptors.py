@@ -89,25 +89,25 @@ class InlineReads:
         needs the slow path's resolution (links, errors to report)."""
         with self._lock:
             held = self._open.get(key)
-            if held is not None and not self._unchanged(key, held):
-                self._drop(key)
-                held = None
             if held is not None:
-                self._open.move_to_end(key)
-                return _read(held.fd, held.meta, byte_range, if_match, key)
+                if self._unchanged(key, held):
+                    self._open.move_to_end(key)
+                    return _read(held.fd, held.meta, byte_range, if_match, key)
+                self._drop(key)
             opened = self._open_file(key)
             if not isinstance(opened, _Open):
                 return opened
-            keep = False
+            fd, _, meta = opened
             try:
-                result = _read(opened.fd, opened.meta, byte_range, if_match, key)
-                keep = isinstance(result, GetResult) and len(result.data) < opened.meta.size
-                return result
-            finally:
-                if keep:
-                    self._keep(key, opened)
-                else:
-                    os.close(opened.fd)
+                result = _read(fd, meta, byte_range, if_match, key)
+            except BaseException:
+                os.close(fd)
+                raise
+            if isinstance(result, GetResult) and len(result.data) < meta.size:
+                self._keep(key, opened)  # read in part: likely read again
+            else:
+                os.close(fd)
+            return result
 
     def _unchanged(self, key: str, held: _Open) -> bool:
         """Whether the path of ``key`` still names the file ``held`` has open, unchanged."""
@@ -201,7 +201,8 @@ def _read(
     fd: int, meta: ObjectMeta, byte_range: ByteRange | None, if_match: str | None, key: str
 ) -> NowResult:
     """Read the range of an open file of ``meta`` without waiting for the disk."""
-    check_condition(key, meta, if_match, False)
+    if if_match is not None:
+        check_condition(key, meta, if_match, False)
     start, end = resolve(byte_range, meta.size)
     if end - start > INLINE_READ:
         return WOULD_WAIT
