@@ -12,8 +12,8 @@ rounds, median kept; every result is read back and checked before it counts):
     copy, like tensorstore's) vs tensorstore copying the array into a sharded array;
   * unshard the sharded array: asyncshard ``unshard_store`` vs tensorstore's copy;
   * reshard ``--shard`` -> ``--reshard``: asyncshard ``reshard`` (by default one pass,
-    the separator flips; and ``separator="."``, keys kept: two passes) vs tensorstore's
-    copy;
+    the separator flips; and ``separator="."``, keys kept: two passes) and
+    ``reshard(..., to=...)`` (a resharded copy) vs tensorstore's copy;
 * **vectors** — a zarr-vectors points store (``--points`` points with a vertex
   attribute on a ``--grid``^3 cell grid; default 6 M points, 36,507 objects, 85 MB):
   asyncshard ``shard_store`` vs zarr-vectors' ``shard_store``, and ``unshard_store``
@@ -164,6 +164,9 @@ def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
         elif what == "shard-to":  # a sharded copy: the source stays (no deletes)
             to = {"to": dst, "to_storage_options": storage}
             coro = lambda: shard_store_async(src, args["shard"], **to, **options)  # noqa: E731
+        elif what == "reshard-to":  # a resharded copy: the source stays (no deletes)
+            to = {"to": dst, "to_storage_options": storage}
+            coro = lambda: reshard_async(src, args["shard"], **to, **options)  # noqa: E731
         elif what == "unshard":
             coro = lambda: unshard_store_async(src, **options)  # noqa: E731
         elif what == "reshard":  # one pass: the separator flips
@@ -537,6 +540,9 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
                 )
             if what == "reshard":
                 tools["asyncshard reshard, keys kept (2 passes)"] = ours("asyncshard-reshard2")
+                tools["asyncshard reshard --to (a copy)"] = copying(
+                    prepare, shard, ranged, "asyncshard-reshard-to"
+                )
             tools["tensorstore copy"] = theirs()
             tools["cp -r"] = lambda scratch, s=source: ["cp", "-r", str(s), str(scratch)]
             jobs.append(Job(name, source, objects, nbytes, check, tools, args.rounds))

@@ -248,6 +248,38 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
     assert usage.exit_code == 2 and "in-place" in usage.output
 
 
+def test_reshard_into_another_store(tmp_path: Path) -> None:
+    """``reshard SRC SHAPE --to DEST`` writes the resharded copy and leaves SRC as it
+    was; ``none`` (unsharding) into another store is refused before anything is written,
+    by the command and by the function."""
+    import zarr
+    from click.testing import CliRunner
+
+    from asyncshard.cli import cli
+    from asyncshard.convert import reshard
+
+    source, dest = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    data = np.arange(48 * 32, dtype=np.uint16).reshape(48, 32)
+    zarr.create_array(
+        str(source), shape=data.shape, dtype=data.dtype, chunks=(8, 8), shards=(16, 16)
+    )[...] = data
+    before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    runner = CliRunner()
+    done = runner.invoke(cli, ["reshard", str(source), "4,2", "--to", str(dest), "-q"])
+    assert done.exit_code == 0, done.output
+    copy = zarr.open_array(str(dest), mode="r")
+    assert copy.shards == (32, 16) and copy.chunks == (8, 8)
+    np.testing.assert_array_equal(copy[...], data)
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
+    other = tmp_path / "unsharded.zarr"
+    refused = runner.invoke(cli, ["reshard", str(source), "none", "--to", str(other)])
+    assert refused.exit_code == 2 and "in place only" in refused.output
+    with pytest.raises(ValueError, match="in place only"):
+        reshard(str(source), None, to=str(other))
+    assert not other.exists()
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
+
+
 def test_bioformats2raw_layout(tmp_path: Path) -> None:
     """The layout's root and OME group move under ``ome``; METADATA.ome.xml is copied."""
     import zarr

@@ -159,6 +159,10 @@ def _run(
         if dest is not None:
             if zarr_request is None:
                 raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
+            if zarr_request.shard_shape is None:
+                raise click.UsageError(
+                    "--to writes a sharded copy: SHAPE none (unsharding) works in place only"
+                )
             if fmt == "precomputed":
                 raise click.UsageError("--to converts Zarr hierarchies, not precomputed volumes")
             if options["rebuild_manifest"]:
@@ -388,6 +392,7 @@ def unshard(url: str, separator: Separator | None, **options: Any) -> None:
 @_SEPARATOR
 @_INDEX
 @_SHARD_BYTES
+@_to_options
 @_options
 def reshard(
     url: str,
@@ -398,7 +403,11 @@ def reshard(
     **options: Any,
 ) -> None:
     """Change the shard shape of the arrays at URL (SHAPE "none" unshards, "auto"
-    chooses it per array for shards of --shard-bytes)."""
+    chooses it per array for shards of --shard-bytes).
+
+    With --to DEST, the resharded copy of the whole hierarchy goes to DEST and URL is
+    left untouched (as shard --to).
+    """
     target = _shape(shape)
     options["sharding"] = None
     options["shard_bytes"] = shard_bytes

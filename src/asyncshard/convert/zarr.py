@@ -269,8 +269,12 @@ async def reshard_async(
     checksum: bool | None = None,
     **options: Any,
 ) -> ConversionSummary:
-    """Change the shard shape in place; ``None`` is :func:`unshard_store_async`."""
+    """Change the shard shape in place, or with ``to`` write the resharded copy there
+    (as :func:`shard_store_async`); ``None`` is :func:`unshard_store_async` (in place
+    only)."""
     if shard_shape is None:
+        if options.pop("to", None) is not None or options.pop("to_storage_options", None):
+            raise ValueError("a copy into another store shards: unsharding works in place only")
         return await unshard_store_async(url_or_store, arrays, separator=separator, **options)
     return await shard_store_async(
         url_or_store,
