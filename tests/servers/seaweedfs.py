@@ -8,6 +8,7 @@ upload into a missing bucket creates the bucket (``-s3.autoCreateBucket``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import tempfile
@@ -36,8 +37,21 @@ _PORTS = [
 ]
 
 
+#: Starts tried, each on fresh ports: a port found free can be taken before ``weed`` binds
+#: it (by another pytest-xdist worker starting its own servers).
+_ATTEMPTS = 3
+
+
 def start_seaweedfs() -> S3Server:
     """``weed mini`` on free loopback ports with the test bucket, ready for requests."""
+    for _ in range(_ATTEMPTS - 1):
+        with contextlib.suppress(RuntimeError):
+            return _start_once()
+    return _start_once()
+
+
+def _start_once() -> S3Server:
+    """One try of :func:`start_seaweedfs`; ``RuntimeError`` (with the log) if it fails."""
     base = Path(tempfile.mkdtemp(prefix="asyncshard-seaweedfs-"))
     (base / "data").mkdir()
     identities = {
