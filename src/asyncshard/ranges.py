@@ -131,19 +131,25 @@ def coalesce(
         raise ValueError("max_gap, slack must be >= 0 and max_request > 0")
     if max_overfetch is not None and max_overfetch < 0:
         raise ValueError("max_overfetch must be >= 0, or None for no bound")
-    ratio = float("inf") if max_overfetch is None else max_overfetch
-    order = sorted(range(len(ranges)), key=lambda i: (ranges[i].start, ranges[i].end))
+    ratio = max_overfetch
+    order = sorted(range(len(ranges)), key=[(r.start, r.end) for r in ranges].__getitem__)
     requests: list[Coalesced] = []
-    for i in order:
+    last: Coalesced | None = None
+    for i in order:  # comparisons, not min/max calls: this runs for every range read
         r = ranges[i]
-        last = requests[-1] if requests else None
-        if last is not None and r.start - last.end <= max_gap:
-            end = max(last.end, r.end)
-            wanted = last.wanted + max(0, r.end - max(r.start, last.end))
-            waste = end - last.start - wanted
-            if end - last.start <= max_request and waste <= max(ratio * wanted, slack):
+        start, stop = r.start, r.end
+        if last is not None and start - last.end <= max_gap:
+            seen = last.end
+            end = stop if stop > seen else seen
+            fresh = stop - (start if start > seen else seen)  # bytes not covered yet
+            wanted = last.wanted + fresh if fresh > 0 else last.wanted
+            span = end - last.start
+            if span <= max_request and (
+                ratio is None or span - wanted <= slack or span - wanted <= ratio * wanted
+            ):
                 last.end, last.wanted = end, wanted
                 last.members.append(i)
                 continue
-        requests.append(Coalesced(r.start, r.end, [i], max(0, r.end - r.start)))
+        last = Coalesced(start, stop, [i], stop - start if stop > start else 0)
+        requests.append(last)
     return requests

@@ -351,13 +351,20 @@ class Store(ABC):
         object request serves every range of its key; requests run concurrently up to
         ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
         """
-        items = [(validate_key(key), rng) for key, rng in key_ranges]
-        if self.counts_calls:
-            self.stats.requests["get"] += len({key for key, _ in items})
-        out: list[Data | None] = [None] * len(items)
+        items = list(key_ranges)
         by_key: dict[str, list[int]] = {}
-        for i, (key, _) in enumerate(items):
-            by_key.setdefault(key, []).append(i)
+        try:
+            for i, (key, _) in enumerate(items):
+                by_key.setdefault(key, []).append(i)
+        except TypeError:  # an unhashable key: say what is wrong with it
+            for key, _ in items:
+                validate_key(key)
+            raise
+        for key in by_key:  # each distinct key once
+            validate_key(key)
+        if self.counts_calls:
+            self.stats.requests["get"] += len(by_key)
+        out: list[Data | None] = [None] * len(items)
         jobs: list[Awaitable[None]] = []
         for key, idxs in by_key.items():
             version = if_match.get(key) if if_match else None
@@ -407,14 +414,18 @@ class Store(ABC):
         if result is None:
             return
         view = memoryview(result.data)
+        returned = 0
         for i, part, base in parts:
             if part is None:
-                out[i] = self._returned(view)
+                piece = view
             elif isinstance(part, Range):
-                out[i] = self._returned(view[part.start - base : part.end - base])
+                piece = view[part.start - base : part.end - base]
             else:
                 start, end = resolve(part, len(view))
-                out[i] = self._returned(view[start:end])
+                piece = view[start:end]
+            out[i] = piece
+            returned += len(piece)
+        self.stats.bytes_returned += returned
 
     async def get_many(self, keys: Sequence[str]) -> list[Data | None]:
         """Whole objects in input order (``None`` if missing), read as one backend batch:

@@ -225,16 +225,23 @@ class ZarrExecutor(ChunkMover[Coords]):
         assert task.target is not None
         src = self.src
         lo, hi = self.dst.grid.chunk_range(task.target)
-        feeding = {s: src.object_key(s) for s in task.sources}
-        cps = src.cps
         chunks: list[Coords] = []
         located: list[tuple[str, str, Coords]] = []
-        for c in itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))):
-            shard_key = feeding.get(tuple(x // n for x, n in zip(c, cps, strict=True)))
-            if shard_key is not None:
-                chunks.append(c)
-                position = tuple(x % n for x, n in zip(c, cps, strict=True))
-                located.append((src.object_key(c), shard_key, position))
+        for shard in task.sources:  # the target's chunks inside a source shard: a box
+            first = [s * n for s, n in zip(shard, src.cps, strict=True)]
+            box = [
+                range(max(a, f), min(b, f + n))
+                for a, b, f, n in zip(lo, hi, first, src.cps, strict=True)
+            ]
+            here = list(itertools.product(*box))
+            positions = itertools.product(
+                *(range(r.start - f, r.stop - f) for r, f in zip(box, first, strict=True))
+            )
+            shard_key = src.object_key(shard)
+            chunks.extend(here)
+            located.extend(
+                (src.object_key(c), shard_key, p) for c, p in zip(here, positions, strict=True)
+            )
         values = await self.sharded_src.get_located(located)
         return await self.write_shard(task.target, chunks, values)
 

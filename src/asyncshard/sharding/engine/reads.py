@@ -281,19 +281,22 @@ class ShardReads(Generic[C]):
         out: list[Outcome] = [None] * len(reads)
         fetch: list[tuple[int, Range, int]] = []
         whole = fmt.encoded or self.data_cache is not None
+        entries = found.entries
         for i, read in enumerate(reads):
-            entry = found.entries.get(read.chunk)
+            entry = entries.get(read.chunk)
             if entry is None:
                 continue
             start, end = entry
             if read.if_match is not None:  # the caller's own condition: final
                 check_condition(read.key, ObjectMeta(read.key, 0, found.version), read.if_match)
-            cached = hits.get(read.chunk)
-            if cached is not None:
+            if hits and (cached := hits.get(read.chunk)) is not None:
                 out[i] = _cut(read, cached, found.version)
                 continue
-            a, b = (0, end - start) if whole else resolve(read.rng, end - start)
-            fetch.append((i, Range(start + a, start + b), end - start))
+            if whole or read.rng is None:
+                fetch.append((i, Range(start, end), end - start))
+            else:
+                a, b = resolve(read.rng, end - start)
+                fetch.append((i, Range(start + a, start + b), end - start))
         if fetch:
             await self._fetch(shard_key, reads, found, fetch, out)
         return out
@@ -316,6 +319,8 @@ class ShardReads(Generic[C]):
         except ConflictError:  # only the shard version was a condition here
             raise Stale(shard_key) from None
         decoded: dict[C, Data] = {}
+        plain = not self.format.encoded and self.data_cache is None  # the ranges asked
+        version = found.version
         for (i, rng, size), value in zip(fetch, data, strict=True):
             if value is None:  # deleted since its index was cached
                 raise Stale(shard_key)
@@ -323,17 +328,17 @@ class ShardReads(Generic[C]):
                 self.indexes.forget(shard_key)
                 raise _past_end(rng, shard_key)
             read = reads[i]
-            if not self.format.encoded and self.data_cache is None:  # the range asked
-                out[i] = GetResult(value, ObjectMeta(read.key, size, found.version))
+            if plain:
+                out[i] = GetResult(value, ObjectMeta(read.key, size, version))
                 continue
             raw = decoded.get(read.chunk)
             if raw is None:  # once per chunk, however often it was asked
                 try:
-                    raw = decoded[read.chunk] = await self._raw(read, value, found.version)
+                    raw = decoded[read.chunk] = await self._raw(read, value, version)
                 except FormatError as exc:  # this chunk is corrupt, not its neighbours
                     out[i] = exc
                     continue
-            out[i] = _cut(read, raw, found.version)
+            out[i] = _cut(read, raw, version)
 
     def _cached_data(self, shard_key: str, found: Found[C], chunks: Sequence[C]) -> dict[C, bytes]:
         """The chunks of ``found``'s shard version held by the data cache."""
