@@ -115,7 +115,6 @@ def test_sparse_small_ranges_are_not_merged_into_whole_shards() -> None:
     assert len(coalesce(tiny, max_gap=100, max_request=1000)) == 1
 
 
-
 def test_no_overfetch_bound_merges_by_gap_and_size_alone() -> None:
     """``max_overfetch=None``: even ranges that want nothing (empty ones) share a request."""
     empty = [Range(2, 2), Range(2, 2), Range(3, 3)]
@@ -124,6 +123,7 @@ def test_no_overfetch_bound_merges_by_gap_and_size_alone() -> None:
     far = [Range(0, 1), Range(500, 501)]  # 499 bytes of gap for 2 wanted: no ratio bound
     assert len(coalesce(far, max_gap=1000, max_request=1000, max_overfetch=None)) == 1
     assert len(coalesce(far, max_gap=1000, max_request=100, max_overfetch=None)) == 2
+
 
 @given(
     st.one_of(
