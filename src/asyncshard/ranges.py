@@ -131,7 +131,6 @@ def coalesce(
         raise ValueError("max_gap, slack must be >= 0 and max_request > 0")
     if max_overfetch is not None and max_overfetch < 0:
         raise ValueError("max_overfetch must be >= 0, or None for no bound")
-    ratio = max_overfetch
     order = sorted(range(len(ranges)), key=[(r.start, r.end) for r in ranges].__getitem__)
     requests: list[Coalesced] = []
     last: Coalesced | None = None
@@ -145,7 +144,9 @@ def coalesce(
             wanted = last.wanted + fresh if fresh > 0 else last.wanted
             span = end - last.start
             if span <= max_request and (
-                ratio is None or span - wanted <= slack or span - wanted <= ratio * wanted
+                max_overfetch is None
+                or span - wanted <= slack
+                or span - wanted <= max_overfetch * wanted
             ):
                 last.end, last.wanted = end, wanted
                 last.members.append(i)
