@@ -127,6 +127,35 @@ async def test_metadata_of_a_whole_file_is_remembered_until_it_changes(
     assert replaced.meta.version not in (first.meta.version, retagged.meta.version)
 
 
+async def test_head_now_vouches_only_for_a_settled_file_read_before(
+    tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``head_now`` answers, from one ``stat``, the metadata of a file read before whose
+    path still names it unchanged and which last changed ``SETTLED_NS`` ago or more;
+    anything else (never read, recent, rewritten in place, replaced, deleted) declines,
+    and a read makes it answer again."""
+    await store.set("flat", b"0123456789")
+    assert store.head_now("flat") is WOULD_WAIT  # never read
+    first = answered(store.get_now("flat"))
+    assert store.head_now("flat") is WOULD_WAIT  # changed just now
+    monkeypatch.setattr(descriptors, "SETTLED_NS", 0)
+    assert store.head_now("flat") == first.meta
+    path = tmp_path / "root" / "flat"
+    time.sleep(0.02)  # file times move in clock ticks (a few ms): let the change show
+    with open(path, "r+b") as f:  # the same size, other bytes
+        f.write(b"ABC")
+    assert store.head_now("flat") is WOULD_WAIT
+    rewritten = answered(store.get_now("flat"))
+    assert store.head_now("flat") == rewritten.meta != first.meta
+    await LocalStore(tmp_path / "root").set("flat", b"replaced!!")
+    assert store.head_now("flat") is WOULD_WAIT
+    replaced = answered(store.get_now("flat"))
+    assert store.head_now("flat") == replaced.meta
+    path.unlink()
+    assert store.head_now("flat") is WOULD_WAIT
+    assert LocalStore(tmp_path / "root", inline_reads=False).head_now("flat") is WOULD_WAIT
+
+
 async def test_a_remembered_file_is_not_located_again_but_another_file_is(
     tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

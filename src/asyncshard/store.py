@@ -92,6 +92,7 @@ class Store(ABC):
     ``get_partial_values``                ``_get``, one per coalesced range
     ``get_many``                          ``_get_many`` (default: ``_get`` each)
     ``head``, ``exists``                  ``_head``
+    ``get_now``, ``head_now``             ``_get_now``, ``_head_now`` (default: decline)
     ``set``                               ``_set``
     ``set_many``                          ``_set_many`` (default: ``_set`` each)
     ``set_partial_values``                ``_get`` + ``_set`` per key (read-modify-write)
@@ -154,6 +155,11 @@ class Store(ABC):
         return False
 
     @property
+    def supports_head_now(self) -> bool:
+        """Whether :meth:`head_now` can answer (else it always declines)."""
+        return False
+
+    @property
     def url(self) -> str | None:
         """A URL ``open_store`` reopens this store from (with :attr:`open_options`), if any."""
         return None
@@ -180,6 +186,11 @@ class Store(ABC):
     @abstractmethod
     async def _head(self, key: str) -> ObjectMeta | None:
         """Metadata of one object, ``None`` if missing."""
+
+    def _head_now(self, key: str) -> ObjectMeta | WouldWait | None:
+        """``_head``'s answer when it needs no waiting, else :data:`WOULD_WAIT`; the
+        default always declines."""
+        return WOULD_WAIT
 
     async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
@@ -325,6 +336,18 @@ class Store(ABC):
             if not self.counts_calls:
                 stats.bytes_fetched += size
             stats.bytes_returned += size
+        return result
+
+    def head_now(self, key: str) -> ObjectMeta | WouldWait | None:
+        """:meth:`head`'s answer when the store can give it without waiting (a memory
+        store, a local file it has read before), counted like it; :data:`WOULD_WAIT`
+        (nothing counted) when it cannot. It lets a caller that kept an object's bytes
+        check that they are still the object's for less than a read (a server answering
+        small files again)."""
+        key = validate_key(key)
+        result = self._head_now(key)
+        if result is not WOULD_WAIT:
+            self.stats.requests["head"] += 1
         return result
 
     async def head(self, key: str) -> ObjectMeta | None:

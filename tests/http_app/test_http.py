@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from asyncshard.backends import LocalStore
+from asyncshard.backends.local import descriptors
 from asyncshard.ranges import ByteRange
 from asyncshard.server import AppConfig, make_app
 from asyncshard.store import GetResult, NowResult
@@ -302,6 +304,61 @@ async def test_plain_gets_carry_the_headers_of_the_current_object(
     assert (status, body) == (200, b"new content")
     assert after["ETag"] not in (first["ETag"], touched["ETag"])
     assert after["Content-Length"] == str(len(b"new content"))
+
+
+@pytest.mark.skipif(not descriptors.NOWAIT, reason="no RWF_NOWAIT or /proc: no head_now here")
+async def test_a_file_answered_again_is_checked_not_read_again(
+    serve: ServeFactory, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small file answered whole is answered again from memory after one metadata
+    check (``head_now``: a ``stat``), never after it changed: rewritten in place with
+    the same size, replaced or deleted, the next answer is the current object."""
+    monkeypatch.setattr(descriptors, "SETTLED_NS", 0)  # the seeded files count as settled
+    async with serve() as served:
+        requests = served.store.stats.requests
+        _, first, _ = await get(http, f"{served.url}/obj")
+        before = dict(requests)
+        for _ in range(3):
+            status, again, body = await get(http, f"{served.url}/obj")
+            assert (status, body, again["ETag"]) == (200, DATA, first["ETag"])
+        assert requests["get"] == before["get"]
+        assert requests["head"] == before.get("head", 0) + 3
+        path = served.root / "obj"
+        time.sleep(0.02)  # file times move in clock ticks (a few ms): let the change show
+        with open(path, "r+b") as f:  # in place: the same inode and size, other bytes
+            f.write(b"INPLACE!")
+        status, rewritten, body = await get(http, f"{served.url}/obj")
+        assert (status, body) == (200, b"INPLACE!" + DATA[8:])
+        assert rewritten["ETag"] != first["ETag"]
+        (served.root / "new").write_bytes(b"replaced")
+        os.rename(served.root / "new", path)
+        assert (await get(http, f"{served.url}/obj"))[::2] == (200, b"replaced")
+        assert (await get(http, f"{served.url}/obj"))[::2] == (200, b"replaced")
+        path.unlink()
+        assert (await get(http, f"{served.url}/obj"))[0] == 404
+
+
+@pytest.mark.parametrize("settled_ns", [None, 0])
+async def test_files_are_read_each_time_when_recent_or_without_a_data_cache(
+    serve: ServeFactory,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    settled_ns: int | None,
+) -> None:
+    """A file changed less than ``SETTLED_NS`` ago may change again within one tick of
+    the file system's clock unseen: it is read for every answer. So is every file with
+    ``data_cache_bytes=0``."""
+    options: dict[str, int] = {}
+    if settled_ns is not None:
+        monkeypatch.setattr(descriptors, "SETTLED_NS", settled_ns)
+        options["data_cache_bytes"] = 0
+    async with serve(**options) as served:
+        requests = served.store.stats.requests
+        await get(http, f"{served.url}/obj")
+        before = requests["get"]
+        for _ in range(3):
+            assert (await get(http, f"{served.url}/obj"))[::2] == (200, DATA)
+        assert requests["get"] == before + 3
 
 
 @pytest.mark.parametrize("value", ["public, max-age=86400, immutable", None])

@@ -40,8 +40,15 @@ class MemoryStore(Store):
         return GetResult(memoryview(data)[start:end], meta)
 
     async def _head(self, key: str) -> ObjectMeta | None:
+        return self._head_now(key)
+
+    def _head_now(self, key: str) -> ObjectMeta | None:
         entry = self._objects.get(key)
         return None if entry is None else entry[1]
+
+    @property
+    def supports_head_now(self) -> bool:
+        return True
 
     async def _set(
         self, key: str, data: BytesLike, if_match: str | None, if_absent: bool

@@ -80,7 +80,7 @@ def _demo_folder(folder: str) -> Iterator[str]:
 @size_option(
     "--data-cache-bytes",
     DEFAULT_DATA_CACHE_BYTES,
-    "Chunk-data cache of --unshard per process (0: none).",
+    "Chunk-data cache of --unshard, else small local files kept, per process (0: none).",
 )
 @click.option(
     "--recheck-after",

@@ -15,7 +15,7 @@ PIECE_SIZE = 4 * 1024 * 1024
 DEFAULT_BUFFER_BYTES = 128 * 1024 * 1024
 #: A client that accepts no write slice for this many seconds is disconnected.
 DEFAULT_WRITE_TIMEOUT = 60.0
-#: Chunk-data cache of ``--unshard`` (per server process).
+#: Chunk-data cache of ``--unshard``, or kept small files of a local store (per process).
 DEFAULT_DATA_CACHE_BYTES = 64 * 1024 * 1024
 #: Largest accepted PUT body.
 MAX_UPLOAD = 1024 * 1024 * 1024
@@ -38,6 +38,8 @@ class AppConfig:
         cache_bytes: the shard-index cache of the unsharded view.
         data_cache_bytes: the unsharded view's chunk-data cache (``0``: none): viewers
             re-read chunks, and a streamed encoded chunk is decoded once, not per piece.
+            Serving a store with ``head_now`` (local files) as it is, the whole small
+            answers (up to 64 KiB) kept and answered again after a ``stat``.
         recheck_after: seconds a cached index may answer "no such chunk" (404) before
             the shard is checked again (see ``ShardedAdapter``).
         writable, token: accept ``PUT``/``DELETE`` with ``Authorization: Bearer <token>``.

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
+from cachetools import LRUCache
 
-from asyncshard.buffers import unwrapped
+from asyncshard.buffers import BytesLike, unwrapped
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
 from asyncshard.server.budget import ByteBudget, Reservation
@@ -42,6 +43,11 @@ FIRST_SLICE = Range(0, WRITE_SLICE)
 CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range")
 #: Keys whose whole-body answer headers are remembered (:meth:`Reader.whole_headers`).
 REMEMBERED_HEADERS = 4096
+#: Bytes charged per remembered body beyond its own (key, headers, entry).
+BODY_OVERHEAD = 1024
+
+#: A remembered whole answer: the object's metadata, its headers and its body.
+Remembered = tuple[ObjectMeta, dict[str, str], BytesLike]
 
 
 def is_conditional(headers: Mapping[str, str]) -> bool:
@@ -51,6 +57,10 @@ def is_conditional(headers: Mapping[str, str]) -> bool:
         if name in headers:
             return True
     return False
+
+
+def _charge(entry: Remembered) -> int:
+    return len(entry[2]) + BODY_OVERHEAD
 
 
 @dataclass
@@ -119,6 +129,12 @@ class Reader:
         self.stalls = stalls
         self.common = common
         self._headers: dict[str, tuple[ObjectMeta, dict[str, str]]] = {}
+        #: Whole small bodies answered again after :meth:`Store.head_now` says that the
+        #: object is unchanged (a local file: one ``stat`` instead of a read). Only for a
+        #: store that can answer so; the unsharded view keeps chunks in its data cache.
+        self._bodies: LRUCache[str, Remembered] | None = None
+        if config.data_cache_bytes > 0 and store.supports_head_now:
+            self._bodies = LRUCache(config.data_cache_bytes, getsizeof=_charge)
 
     # -- listings -------------------------------------------------------------------------
 
@@ -202,6 +218,13 @@ class Reader:
         hand (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache
         read), which is most small chunks: no coroutine below, no budget wait (the bytes
         read are reserved if free at once). ``None``: read the usual way."""
+        bodies = self._bodies
+        if ranges is None and bodies is not None:
+            known = bodies.get(key)
+            if known is not None:
+                meta = self.store.head_now(key)
+                if meta is known[0] or meta == known[0]:
+                    return web.Response(status=200, headers=known[1], body=known[2])
         first_range = FIRST_SLICE if ranges is None else self._first_read(ranges, WRITE_SLICE)
         if first_range is None:
             return None
@@ -213,7 +236,10 @@ class Reader:
         meta = first.meta
         if ranges is None and len(first.data) == meta.size:  # the whole body: sent at once
             headers = self.whole_headers(key, meta)
-            return web.Response(status=200, headers=headers, body=unwrapped(first.data))
+            body = unwrapped(first.data)
+            if bodies is not None and _charge((meta, headers, body)) <= bodies.maxsize:
+                bodies[key] = meta, headers, body
+            return web.Response(status=200, headers=headers, body=body)
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None

@@ -212,3 +212,34 @@ class ReadConformance(ConformanceBase):
         for hostile in HOSTILE_KEYS:
             with pytest.raises(InvalidKeyError):
                 store.get_now(hostile)
+
+    async def test_head_now_answers_like_head_or_declines(self, harness: Harness) -> None:
+        """``head_now`` gives ``head``'s answer, counted like it, or ``WOULD_WAIT``
+        (nothing counted; always so without ``supports_head_now``); it never vouches for
+        a replaced object."""
+        await harness.seed({"obj": DATA})
+        store, key = harness.store, harness.key("obj")
+        await store.get(key)  # a store may answer only for objects it has read
+        store.get_now(key)
+        for _ in range(2):
+            before = store.stats.requests["head"]
+            now = store.head_now(key)
+            if isinstance(now, WouldWait):
+                assert store.stats.requests["head"] == before
+                continue
+            assert store.supports_head_now
+            assert store.stats.requests["head"] == before + 1
+            meta = await store.head(key)
+            assert now is not None and meta is not None
+            assert (now.key, now.size, now.version) == (key, len(DATA), meta.version)
+        assert store.head_now(harness.key("absent")) in (None, WOULD_WAIT)
+        old = await store.head(key)
+        await harness.seed({"obj": DATA[::-1]})  # replaced, the same size
+        new = await store.head(key)
+        assert old is not None and new is not None
+        now = store.head_now(key)
+        if not isinstance(now, WouldWait):
+            assert now is not None and now.version == new.version != old.version
+        for hostile in HOSTILE_KEYS:
+            with pytest.raises(InvalidKeyError):
+                store.head_now(hostile)

@@ -20,6 +20,11 @@ the root check, the ``getxattr`` and the building of its metadata (``open``, ``f
 by another process stays open until its key is read again or it leaves the LRU; writes,
 copies and deletes through the store close it before they start (so the change frees a
 deleted file's blocks in its worker thread) and again once they are done.
+
+:meth:`InlineReads.head` answers the metadata of a file read before from one ``stat``,
+when the path still names the same file, unchanged, and it last changed at least
+:data:`SETTLED_NS` ago: a change in place within the same tick of the file system's
+clock keeps the identity, so a recently changed file is always read again.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -55,6 +61,10 @@ DEFAULT_OPEN_FILES = 128
 #: Files whose metadata is remembered by identity per store (the remembered metadata is
 #: forgotten all at once when full).
 REMEMBERED_METAS = 16384
+
+#: How long ago a file must have last changed for :meth:`InlineReads.head` to vouch for
+#: its remembered metadata by its identity (file-system clocks tick in up to 2 s).
+SETTLED_NS = 2_000_000_000
 
 Identity = tuple[int, int, int, int, int]
 
@@ -108,6 +118,20 @@ class InlineReads:
             else:
                 os.close(fd)
             return result
+
+    def head(self, key: str) -> ObjectMeta | WouldWait:
+        """The remembered metadata of ``key``, when its path still names the file it was
+        read from, unchanged and settled (:data:`SETTLED_NS`); else :data:`WOULD_WAIT`."""
+        known = self._metas.get(key)
+        if known is None:
+            return WOULD_WAIT
+        try:
+            st = os.stat(self.root.real() + "/" + key, follow_symlinks=False)
+        except OSError:
+            return WOULD_WAIT
+        if _identity(st) != known[0] or st.st_ctime_ns > time.time_ns() - SETTLED_NS:
+            return WOULD_WAIT
+        return known[1]
 
     def _unchanged(self, key: str, held: _Open) -> bool:
         """Whether the path of ``key`` still names the file ``held`` has open, unchanged."""

@@ -139,6 +139,17 @@ class LocalStore(Store):
             return WOULD_WAIT
         return self._inline.read(key, byte_range, if_match)
 
+    @property
+    def supports_head_now(self) -> bool:
+        return self.inline_reads
+
+    def _head_now(self, key: str) -> ObjectMeta | WouldWait:
+        """The metadata of a file read before and unchanged since (one ``stat``; see
+        :meth:`.descriptors.InlineReads.head`)."""
+        if not self.inline_reads:
+            return WOULD_WAIT
+        return self._inline.head(key)
+
     def _read(
         self, key: str, byte_range: ByteRange | None, if_match: str | None, path: str = ""
     ) -> GetResult | None:
