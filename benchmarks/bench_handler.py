@@ -9,7 +9,9 @@ the ``bench_serve.py`` dataset (requests built once with aiohttp's
 ``make_mocked_request``; nothing is sent). Prints microseconds per request (best of
 ``--rounds``, after a warm-up pass) and *minimal / asyncshard* (above 1: asyncshard is
 faster). What it leaves out (parsing the request, writing the answer) is the same
-aiohttp code for every handler.
+aiohttp code for every handler. The "revalidated" rows ask the same chunks with
+``If-None-Match`` and their ETag, as a browser does under ``Cache-Control: no-cache``
+(answered 304); the minimal handlers have no validators and send the body again.
 
     python benchmarks/bench_handler.py [--rounds 5] [--loop uvloop]
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncshard
 from asyncshard import loops
 from asyncshard.backends.local import LocalStore
+from asyncshard.backends.local.descriptors import SETTLED_NS
 from asyncshard.server import AppConfig, make_app
 from asyncshard.server.app import RESPOND
 from benchmarks import minimal_server
@@ -54,11 +57,13 @@ def requests(array: str, n: int = 2000) -> list[web.Request]:
     return out
 
 
-async def per_request(handler: Handler, reqs: list[web.Request], rounds: int) -> float:
+async def per_request(
+    handler: Handler, reqs: list[web.Request], rounds: int, status: int = 200
+) -> float:
     """Microseconds per answered request, the best of ``rounds`` passes."""
     for request in reqs:  # warm up: caches, remembered metadata
         answer = await handler(request)
-        assert answer.status == 200, answer.status
+        assert answer.status == status, answer.status
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
@@ -80,12 +85,30 @@ async def measure(root: Path, rounds: int) -> None:
         label = "serve --unshard" if unshard else "serve, flat"
         cases.append((label, array, app[RESPOND], minimal))
     print(f"asyncshard from {Path(asyncshard.__file__).parent}")
-    print(f"{'handler':18} {'asyncshard us':>14} {'minimal us':>11} {'minimal/asyncshard':>19}")
+    print(f"{'handler':30} {'asyncshard us':>14} {'minimal us':>11} {'minimal/asyncshard':>19}")
     for label, array, ours, minimal in cases:
         reqs = requests(array)
         mine = await per_request(ours, reqs, rounds)
         theirs = await per_request(minimal, reqs, rounds)
-        print(f"{label:18} {mine:14.1f} {theirs:11.1f} {theirs / mine:18.2f}x")
+        print(f"{label:30} {mine:14.1f} {theirs:11.1f} {theirs / mine:18.2f}x")
+        again = await revalidations(ours, reqs)
+        mine = await per_request(ours, again, rounds, status=304)
+        print(f"{label + ', revalidated':30} {mine:14.1f} {theirs:11.1f} {theirs / mine:18.2f}x")
+
+
+async def revalidations(handler: Handler, reqs: list[web.Request]) -> list[web.Request]:
+    """``reqs`` as a browser sends them again under ``Cache-Control: no-cache``: with
+    ``If-None-Match`` and the ETag of the answer it has (answered 304)."""
+    out = []
+    for request in reqs:
+        etag = (await handler(request)).headers["ETag"]
+        path = request.raw_path
+        out.append(
+            make_mocked_request(
+                "GET", path, headers={"If-None-Match": etag}, match_info={"path": path[1:]}
+            )
+        )
+    return out
 
 
 def main() -> None:
@@ -97,6 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-handler-") as tmp:
         root = Path(tmp)
         write_dataset(root)
+        time.sleep(SETTLED_NS / 1e9)  # a file changed just now is read again each time
         loops.run(measure(root, args.rounds))
 
 

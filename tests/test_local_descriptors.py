@@ -21,7 +21,7 @@ from asyncshard.backends import LocalStore
 from asyncshard.backends.local import deletes, descriptors, files
 from asyncshard.errors import ConflictError, InvalidKeyError
 from asyncshard.ranges import Range, Suffix
-from asyncshard.store import WOULD_WAIT, GetResult, NowResult
+from asyncshard.store import WOULD_WAIT, GetResult, NowResult, ObjectMeta
 
 pytestmark = pytest.mark.skipif(
     not descriptors.NOWAIT, reason="no RWF_NOWAIT or /proc here: every read uses a thread"
@@ -127,32 +127,40 @@ async def test_metadata_of_a_whole_file_is_remembered_until_it_changes(
     assert replaced.meta.version not in (first.meta.version, retagged.meta.version)
 
 
-async def test_head_now_vouches_only_for_a_settled_file_read_before(
+async def test_head_now_vouches_only_for_a_file_settled_when_read(
     tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``head_now`` answers, from one ``stat``, the metadata of a file read before whose
-    path still names it unchanged and which last changed ``SETTLED_NS`` ago or more;
-    anything else (never read, recent, rewritten in place, replaced, deleted) declines,
-    and a read makes it answer again."""
+    """``head_now`` answers on the calling thread. It returns the metadata object of a
+    read (the bytes of that read are still the file's) only while the path names the
+    file of that read, unchanged, and the file had last changed ``SETTLED_NS`` before
+    it was read: a rewrite in place within one clock tick keeps the identity. Otherwise
+    it returns equal metadata in a new object, or the current file's."""
     await store.set("flat", b"0123456789")
-    assert store.head_now("flat") is WOULD_WAIT  # never read
-    first = answered(store.get_now("flat"))
-    assert store.head_now("flat") is WOULD_WAIT  # changed just now
+    first = answered(store.get_now("flat"))  # the file changed just now: not settled
+    now = store.head_now("flat")
+    assert now == first.meta and now is not first.meta
     monkeypatch.setattr(descriptors, "SETTLED_NS", 0)
-    assert store.head_now("flat") == first.meta
+    later = store.head_now("flat")  # settled now, but not when it was read
+    assert later == first.meta and later is not first.meta
+    settled = answered(store.get_now("flat"))
+    assert settled.meta == first.meta and settled.meta is not first.meta
+    stats = store.stats.requests
+    before = (stats["head"], stats["get"])
+    assert store.head_now("flat") is settled.meta
+    assert (stats["head"], stats["get"]) == (before[0] + 1, before[1])
     path = tmp_path / "root" / "flat"
     time.sleep(0.02)  # file times move in clock ticks (a few ms): let the change show
     with open(path, "r+b") as f:  # the same size, other bytes
         f.write(b"ABC")
-    assert store.head_now("flat") is WOULD_WAIT
-    rewritten = answered(store.get_now("flat"))
-    assert store.head_now("flat") == rewritten.meta != first.meta
+    rewritten = store.head_now("flat")
+    assert isinstance(rewritten, ObjectMeta) and rewritten != settled.meta
+    assert answered(store.get_now("flat")).meta is rewritten
     await LocalStore(tmp_path / "root").set("flat", b"replaced!!")
-    assert store.head_now("flat") is WOULD_WAIT
-    replaced = answered(store.get_now("flat"))
-    assert store.head_now("flat") == replaced.meta
+    replaced = store.head_now("flat")
+    assert isinstance(replaced, ObjectMeta) and replaced.version != rewritten.version
     path.unlink()
-    assert store.head_now("flat") is WOULD_WAIT
+    assert store.head_now("flat") is None
+    assert store.head_now("never") is None
     assert LocalStore(tmp_path / "root", inline_reads=False).head_now("flat") is WOULD_WAIT
 
 

@@ -340,10 +340,11 @@ class Store(ABC):
 
     def head_now(self, key: str) -> ObjectMeta | WouldWait | None:
         """:meth:`head`'s answer when the store can give it without waiting (a memory
-        store, a local file it has read before), counted like it; :data:`WOULD_WAIT`
-        (nothing counted) when it cannot. It lets a caller that kept an object's bytes
-        check that they are still the object's for less than a read (a server answering
-        small files again)."""
+        store, a local file), counted like it; :data:`WOULD_WAIT` (nothing counted) when
+        it cannot. When it returns the very metadata object a read returned, the object
+        is unchanged since that read, so a caller may use the bytes of that read again
+        (a server answering small files); an equal but distinct object promises nothing
+        about bytes."""
         key = validate_key(key)
         result = self._head_now(key)
         if result is not WOULD_WAIT:

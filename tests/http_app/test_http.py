@@ -338,6 +338,43 @@ async def test_a_file_answered_again_is_checked_not_read_again(
         assert (await get(http, f"{served.url}/obj"))[0] == 404
 
 
+@pytest.mark.skipif(not descriptors.NOWAIT, reason="no RWF_NOWAIT or /proc: no head_now here")
+async def test_a_revalidation_is_answered_without_a_thread(
+    serve: ServeFactory, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conditional ``GET`` (a browser revalidating with ``If-None-Match``, as
+    ``Cache-Control: no-cache`` asks) takes the metadata from ``head_now`` (a ``stat``
+    on the loop), not from ``head`` in a worker thread, and is still exact: 304 while
+    the file is the same, 200 with the new bytes once it changed, 404 once deleted."""
+    monkeypatch.setattr(descriptors, "SETTLED_NS", 0)
+    async with serve() as served:
+        store = served.store
+        assert isinstance(store, LocalStore)
+        heads: list[str] = []
+        real = store._head
+
+        async def counting(key: str) -> Any:
+            heads.append(key)
+            return await real(key)
+
+        monkeypatch.setattr(store, "_head", counting)
+        _, first, _ = await get(http, f"{served.url}/obj")
+        revalidate = {"If-None-Match": first["ETag"]}
+        for _ in range(3):
+            status, headers, body = await get(http, f"{served.url}/obj", revalidate)
+            assert (status, body, headers["ETag"]) == (304, b"", first["ETag"])
+        fresh = await get(http, f"{served.url}/meta.json", {"If-None-Match": '"x"'})
+        assert fresh[::2] == (200, FILES["meta.json"]), "never read before: opened on the loop"
+        assert heads == []
+        time.sleep(0.02)  # file times move in clock ticks (a few ms): let the change show
+        (served.root / "obj").write_bytes(b"changed")
+        status, headers, body = await get(http, f"{served.url}/obj", revalidate)
+        assert (status, body) == (200, b"changed") and headers["ETag"] != first["ETag"]
+        (served.root / "obj").unlink()
+        assert (await get(http, f"{served.url}/obj", revalidate))[0] == 404
+        assert heads == []
+
+
 @pytest.mark.parametrize("settled_ns", [None, 0])
 async def test_files_are_read_each_time_when_recent_or_without_a_data_cache(
     serve: ServeFactory,

@@ -28,7 +28,7 @@ from asyncshard.server.demo import (
     demo_volume,
 )
 from asyncshard.sharding.zarr import ZarrFormat
-from asyncshard.store import WOULD_WAIT, GetResult
+from asyncshard.store import WOULD_WAIT, GetResult, ObjectMeta
 from asyncshard.views.unsharded import DEFAULT_MAX_DEPTH, UnshardedView
 from tests.http_app.conftest import Served, ServeFactory, running
 
@@ -540,3 +540,29 @@ async def test_a_remembered_answer_is_never_served_from_a_replaced_shard(demo_co
     assert now is WOULD_WAIT or bytes(now.data) == new  # type: ignore[union-attr]
     assert await view.get(key) == new
     assert bytes(view.get_now(key).data) == new  # type: ignore[union-attr]
+
+
+async def test_head_now_answers_from_a_remembered_answer(demo_copy: Path) -> None:
+    """``head_now`` (a viewer revalidating a chunk) gives the metadata of a remembered
+    answer that still holds, equal to ``head``'s; otherwise it declines: nothing read
+    yet, a folder's metadata invalidated, or the answer aged past ``recheck_after``
+    without its index being confirmed."""
+    inner = LocalStore(demo_copy)
+    view = UnshardedView(inner, data_cache=LoadingCache(1 << 20), recheck_after=0.25)
+    key = f"{ZARR_PATH}/c/0/0/0"
+    assert view.head_now(key) is WOULD_WAIT
+    await view.get(key)
+    first = view.get_now(key)
+    assert isinstance(first, GetResult)
+    inner.stats.reset()
+    now = view.head_now(key)
+    head = await view.head(key)
+    assert now is first.meta and head is not None
+    assert (now.key, now.size, now.version) == (key, head.size, head.version)
+    assert inner.stats.requests["get"] == 0
+    await asyncio.sleep(0.3)
+    assert view.head_now(key) is WOULD_WAIT, "aged: the index must be confirmed first"
+    assert isinstance(view.get_now(key), GetResult)
+    assert isinstance(view.head_now(key), ObjectMeta)
+    view.folders.invalidate(f"{ZARR_PATH}/")
+    assert view.head_now(key) is WOULD_WAIT

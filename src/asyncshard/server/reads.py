@@ -129,11 +129,12 @@ class Reader:
         self.stalls = stalls
         self.common = common
         self._headers: dict[str, tuple[ObjectMeta, dict[str, str]]] = {}
-        #: Whole small bodies answered again after :meth:`Store.head_now` says that the
-        #: object is unchanged (a local file: one ``stat`` instead of a read). Only for a
-        #: store that can answer so; the unsharded view keeps chunks in its data cache.
+        #: Whole small bodies answered again while :meth:`Store.head_now` returns the
+        #: metadata object of their read (the object is unchanged since; a local file:
+        #: one ``stat`` instead of a read). Only for a store that can answer so; the
+        #: unsharded view keeps chunks in its own data cache.
         self._bodies: LRUCache[str, Remembered] | None = None
-        if config.data_cache_bytes > 0 and store.supports_head_now:
+        if config.data_cache_bytes > 0 and not config.unshard and store.supports_head_now:
             self._bodies = LRUCache(config.data_cache_bytes, getsizeof=_charge)
 
     # -- listings -------------------------------------------------------------------------
@@ -190,7 +191,8 @@ class Reader:
                         return await self._read_ahead(
                             request, key, ranges, first_range, reservation
                         )
-        meta = await self.store.head(key)
+        now = self.store.head_now(key)  # a revalidation (If-None-Match) is the usual case
+        meta = await self.store.head(key) if isinstance(now, WouldWait) else now
         if meta is None:
             return error(404, f"404 Not Found: {key}")
         etag = etag_for(meta.version)
@@ -221,10 +223,8 @@ class Reader:
         bodies = self._bodies
         if ranges is None and bodies is not None:
             known = bodies.get(key)
-            if known is not None:
-                meta = self.store.head_now(key)
-                if meta is known[0] or meta == known[0]:
-                    return web.Response(status=200, headers=known[1], body=known[2])
+            if known is not None and self.store.head_now(key) is known[0]:
+                return web.Response(status=200, headers=known[1], body=known[2])
         first_range = FIRST_SLICE if ranges is None else self._first_read(ranges, WRITE_SLICE)
         if first_range is None:
             return None

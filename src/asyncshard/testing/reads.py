@@ -8,7 +8,7 @@ import pytest
 
 from asyncshard.errors import ConflictError, InvalidKeyError
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix
-from asyncshard.store import WOULD_WAIT, WouldWait
+from asyncshard.store import WOULD_WAIT, GetResult, WouldWait
 from asyncshard.testing.base import ConformanceBase
 from asyncshard.testing.harness import Harness
 
@@ -234,12 +234,15 @@ class ReadConformance(ConformanceBase):
             assert (now.key, now.size, now.version) == (key, len(DATA), meta.version)
         assert store.head_now(harness.key("absent")) in (None, WOULD_WAIT)
         old = await store.head(key)
+        read = store.get_now(key)
         await harness.seed({"obj": DATA[::-1]})  # replaced, the same size
         new = await store.head(key)
         assert old is not None and new is not None
         now = store.head_now(key)
         if not isinstance(now, WouldWait):
             assert now is not None and now.version == new.version != old.version
+            # the metadata object of a read vouches for its bytes: never after a change
+            assert not isinstance(read, GetResult) or now is not read.meta
         for hostile in HOSTILE_KEYS:
             with pytest.raises(InvalidKeyError):
                 store.head_now(hostile)

@@ -346,6 +346,18 @@ class UnshardedView(WrapperStore):
             -1 if data is None else data.generation,
         )
 
+    def _head_now(self, key: str) -> ObjectMeta | WouldWait:
+        """The metadata of a remembered answer that still holds (a viewer revalidating
+        a chunk it read: no route, index or data-cache lookup)."""
+        if self.recheck_metadata:
+            return WOULD_WAIT
+        known = self._held(key)
+        return WOULD_WAIT if known is None else known.result.meta
+
+    @property
+    def supports_head_now(self) -> bool:
+        return True
+
     def _answer_now(self, key: str, byte_range: ByteRange | None) -> GetResult | None:
         """The remembered answer to a repeated lean read, if it still holds.
 
@@ -353,21 +365,29 @@ class UnshardedView(WrapperStore):
         forgotten once a folder, the index cache or the data cache changes: a repeated
         chunk read is then a dictionary lookup, and the answers never keep bytes that the
         data cache dropped for longer than until the next read."""
+        known = self._held(key)
+        if known is None or (known.byte_range is not byte_range and known.byte_range != byte_range):
+            return None
+        return known.result
+
+    def _held(self, key: str) -> _Answer | None:
+        """The remembered answer of ``key``, if it still holds (see :meth:`_answer_now`)."""
         if not self._answers_hold():
             return None
         known = self._answers.get(key)
-        if known is None or (known.byte_range is not byte_range and known.byte_range != byte_range):
+        if known is None:
             return None
         now = time.monotonic()
         if now < known.until:
-            return known.result
+            return known
         # the shard's index aged (or the route): a read of another chunk may have
         # confirmed the index since; nothing else changed (the stamp did not)
         recent = known.reads.recent_until(known.shard_key)
         if recent is None or now >= recent or now >= known.route_until:
             return None
-        self._answers[key] = dataclasses.replace(known, until=min(recent, known.route_until))
-        return known.result
+        renewed = dataclasses.replace(known, until=min(recent, known.route_until))
+        self._answers[key] = renewed
+        return renewed
 
     def _answers_hold(self) -> bool:
         """Whether the remembered answers still hold; if not, they are forgotten (and

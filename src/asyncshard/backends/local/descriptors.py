@@ -21,14 +21,20 @@ by another process stays open until its key is read again or it leaves the LRU; 
 copies and deletes through the store close it before they start (so the change frees a
 deleted file's blocks in its worker thread) and again once they are done.
 
-:meth:`InlineReads.head` answers the metadata of a file read before from one ``stat``,
-when the path still names the same file, unchanged, and it last changed at least
-:data:`SETTLED_NS` ago: a change in place within the same tick of the file system's
-clock keeps the identity, so a recently changed file is always read again.
+:meth:`InlineReads.head` answers metadata on the calling thread: for a file whose
+metadata is remembered, one ``stat``; else the ``open`` and checks of a read, without
+the read. A change in place within the same tick of the file system's clock keeps a
+file's identity, so the identity vouches for what was remembered only if the file had
+last changed :data:`SETTLED_NS` before (git's rule for racily clean index entries):
+``head`` then returns the very metadata object the reads since returned, and anything
+else (a file that changed since, or changed shortly before it was remembered) gets a
+new object. A caller that keeps the bytes of a read uses them again only while ``head``
+returns the metadata object of that read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import threading
@@ -75,8 +81,22 @@ class _Open(NamedTuple):
     meta: ObjectMeta
 
 
+class _Known(NamedTuple):
+    """Remembered metadata of a file, by its identity. ``settled``: the file had last
+    changed :data:`SETTLED_NS` before it was remembered (a later change shows)."""
+
+    identity: Identity
+    meta: ObjectMeta
+    settled: bool
+
+
 def _identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _settled(identity: Identity) -> bool:
+    """Whether the file of ``identity`` last changed at least :data:`SETTLED_NS` ago."""
+    return identity[4] <= time.time_ns() - SETTLED_NS
 
 
 class InlineReads:
@@ -89,7 +109,7 @@ class InlineReads:
         self.root = root
         self.capacity = capacity
         self._open: OrderedDict[str, _Open] = OrderedDict()
-        self._metas: dict[str, tuple[Identity, ObjectMeta]] = {}
+        self._metas: dict[str, _Known] = {}
         self._lock = threading.Lock()
         # a store dropped without close() still closes its descriptors
         weakref.finalize(self, _close_all, self._open)
@@ -119,19 +139,28 @@ class InlineReads:
                 os.close(fd)
             return result
 
-    def head(self, key: str) -> ObjectMeta | WouldWait:
-        """The remembered metadata of ``key``, when its path still names the file it was
-        read from, unchanged and settled (:data:`SETTLED_NS`); else :data:`WOULD_WAIT`."""
+    def head(self, key: str) -> ObjectMeta | WouldWait | None:
+        """The metadata of ``key`` (``None``: missing), or :data:`WOULD_WAIT` for what
+        the thread path must resolve. The remembered object while the file is the one
+        it was remembered for and that was settled (see the module); else a new one."""
         known = self._metas.get(key)
-        if known is None:
-            return WOULD_WAIT
-        try:
-            st = os.stat(self.root.real() + "/" + key, follow_symlinks=False)
-        except OSError:
-            return WOULD_WAIT
-        if _identity(st) != known[0] or st.st_ctime_ns > time.time_ns() - SETTLED_NS:
-            return WOULD_WAIT
-        return known[1]
+        if known is not None and known.settled:
+            try:
+                st = os.stat(self.root.real() + "/" + key, follow_symlinks=False)
+            except OSError:
+                pass
+            else:
+                if _identity(st) == known.identity:
+                    return known.meta
+        with self._lock:
+            opened = self._open_file(key)
+        if not isinstance(opened, _Open):
+            return opened
+        os.close(opened.fd)
+        fresh = self._metas.get(key)
+        if fresh is not None and fresh.settled and fresh.meta is opened.meta:
+            return opened.meta
+        return dataclasses.replace(opened.meta)  # equal, but vouches for no bytes
 
     def _unchanged(self, key: str, held: _Open) -> bool:
         """Whether the path of ``key`` still names the file ``held`` has open, unchanged."""
@@ -163,9 +192,14 @@ class InlineReads:
                 return WOULD_WAIT  # the thread path reports it
             identity = _identity(st)
             known = self._metas.get(key)
-            if known is not None and known[0] == identity:
+            if (
+                known is not None
+                and known.identity == identity
+                and (known.settled or not _settled(identity))
+            ):
                 # this very file was found inside the root before: no need to look again
-                return _Open(fd, identity, known[1])
+                # (remembered again, as settled, once it is)
+                return _Open(fd, identity, known.meta)
             if not root.inside(fd, key):
                 return WOULD_WAIT
         except AsyncShardError:
@@ -175,7 +209,7 @@ class InlineReads:
                 meta = meta_of(key, st, token_of(fd))
                 if len(self._metas) >= REMEMBERED_METAS:
                     self._metas.clear()
-                self._metas[key] = identity, meta
+                self._metas[key] = _Known(identity, meta, _settled(identity))
                 return _Open(fd, identity, meta)
         except OSError:
             pass

@@ -143,9 +143,9 @@ class LocalStore(Store):
     def supports_head_now(self) -> bool:
         return self.inline_reads
 
-    def _head_now(self, key: str) -> ObjectMeta | WouldWait:
-        """The metadata of a file read before and unchanged since (one ``stat``; see
-        :meth:`.descriptors.InlineReads.head`)."""
+    def _head_now(self, key: str) -> ObjectMeta | WouldWait | None:
+        """A file's metadata on the calling thread (one ``stat`` for a file whose metadata
+        is remembered; see :meth:`.descriptors.InlineReads.head`)."""
         if not self.inline_reads:
             return WOULD_WAIT
         return self._inline.head(key)
