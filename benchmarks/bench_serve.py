@@ -12,7 +12,10 @@ once flat (``flat/``: 2,048 chunk files) and once sharded (``arr/``: 128 shards)
 * **asyncshard serve --unshard** over the shards (inner chunks read out of the shards);
 
 each asyncshard server with ``--workers`` 1 and 2. ``wrk`` keeps ``--connections``
-connections busy with GETs of random chunk URLs. Printed per server, median of
+connections busy with GETs of random chunk URLs. The "revalidated" rows send each GET
+with ``If-None-Match`` and the ETag the server gave for that chunk, as a browser does
+under ``Cache-Control: no-cache`` (answered 304; the minimal handlers have no
+validators, so they are compared with their plain answers). Printed per server, median of
 ``--rounds`` interleaved rounds: requests/s, the server's CPU time per request (all its
 processes; robust when other work shares the machine), wrk's own CPU time per request,
 the cores the two kept busy together, the ratio of requests/s to the
@@ -41,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -75,6 +79,24 @@ request = function()
   return wrk.format("GET", paths[math.random(#paths)])
 end
 """
+#: Requests as a browser revalidates under ``Cache-Control: no-cache``: each path with
+#: ``If-None-Match`` and the ETag the server gave for it.
+LUA_REVALIDATE = """
+local paths = {%s}
+local etags = {%s}
+local threads = 0
+function setup(thread)
+  thread:set("id", threads)
+  threads = threads + 1
+end
+function init(args)
+  math.randomseed(7919 * id + 1)
+end
+request = function()
+  local i = math.random(#paths)
+  return wrk.format("GET", paths[i], {["If-None-Match"] = etags[i]})
+end
+"""
 
 
 def ensure_wrk() -> str:
@@ -106,14 +128,33 @@ def write_dataset(root: Path) -> None:
         ts.open(spec).result()[...] = data
 
 
-def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
+def chunk_paths(array: str, n: int = 2000) -> list[str]:
+    """The ``n`` random chunk URLs wrk asks (the same in every run)."""
     rng = random.Random(5)
     x, y, z = GRID
-    paths = [
-        f'"/{array}/c/{rng.randrange(x)}/{rng.randrange(y)}/{rng.randrange(z)}"' for _ in range(n)
+    return [
+        f"/{array}/c/{rng.randrange(x)}/{rng.randrange(y)}/{rng.randrange(z)}" for _ in range(n)
     ]
+
+
+def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
     script = folder / f"{array}.lua"
-    script.write_text(LUA % ", ".join(paths))
+    script.write_text(LUA % ", ".join(f'"{p}"' for p in chunk_paths(array, n)))
+    return script
+
+
+def revalidation_script(folder: Path, url: str, array: str) -> Path:
+    """A wrk script revalidating the chunks of :func:`chunk_paths` with the ETags the
+    server at ``url`` gives them now (one plain GET per distinct path first)."""
+    paths = chunk_paths(array)
+    etags: dict[str, str] = {}
+    for path in paths:
+        if path not in etags:
+            with urllib.request.urlopen(url + path) as answer:
+                etags[path] = answer.headers["ETag"]
+    script = folder / f"{array}-revalidate.lua"
+    quoted = ", ".join(f"[=[{etags[p]}]=]" for p in paths)
+    script.write_text(LUA_REVALIDATE % (", ".join(f'"{p}"' for p in paths), quoted))
     return script
 
 
@@ -253,7 +294,10 @@ def main() -> None:
         root = Path(tmp) / "data"
         write_dataset(root)
         scripts = {"flat": lua_script(Path(tmp), "flat"), "arr": lua_script(Path(tmp), "arr")}
-        cases = [Case("nginx, flat files", "flat", "nginx")]
+        cases = [
+            Case("nginx, flat files", "flat", "nginx"),
+            Case("nginx, flat files, revalidated", "flat", "nginx", revalidate=True),
+        ]
         for loop in args.loops:
             cases += [
                 Case(
@@ -272,6 +316,16 @@ def main() -> None:
         for loop in args.loops:
             cases.append(Case(f"asyncshard serve, flat, {loop}", "flat", "serve", loop=loop))
             cases.append(Case(f"asyncshard serve --unshard, {loop}", "arr", "serve", loop=loop))
+            for label, array in ((f", flat, {loop}", "flat"), (f" --unshard, {loop}", "arr")):
+                cases.append(
+                    Case(
+                        f"asyncshard serve{label}, revalidated",
+                        array,
+                        "serve",
+                        loop=loop,
+                        revalidate=True,
+                    )
+                )
         loop = args.loops[-1]
         cases.append(
             Case(
@@ -310,6 +364,8 @@ def main() -> None:
                 script = scripts[case.array]
                 if case.kind == "nginx":
                     with Nginx(root) as server:
+                        if case.revalidate:
+                            script = revalidation_script(Path(tmp), server.url, case.array)
                         measured = run_wrk_nginx(wrk, server, script, args)
                     results.setdefault(case.label, []).append(measured)
                     continue
@@ -321,6 +377,8 @@ def main() -> None:
                         root, case.workers, case.array == "arr", src, case.extra, case.loop
                     )
                 with server_cm as (url, pid):
+                    if case.revalidate:
+                        script = revalidation_script(Path(tmp), url, case.array)
                     run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
                     measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
                 results.setdefault(case.label, []).append(measured)
@@ -369,6 +427,7 @@ class Case:
     workers: int = 1
     extra: tuple[str, ...] = ()
     loop: str = ""  # the Python servers' event loop; compared with the minimal one on it
+    revalidate: bool = False  # every request with If-None-Match and its current ETag
 
 
 NO_DATA_CACHE = ("--data-cache-bytes", "0")
