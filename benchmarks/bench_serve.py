@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Requests per second of HTTP servers for viewers, measured with wrk, in one run.
 
-One dataset, written by tensorstore: a 512x512x256 uint8 Zarr v3 array with 32^3 chunks,
-once flat (``flat/``: 2,048 chunk files) and once sharded (``arr/``: 128 shards). Served:
+One dataset, written by tensorstore: a 512x512x256 uint8 Zarr v3 array with 32^3 chunks
+(``--chunk 64``: 64^3, 256 KiB each), once flat (``flat/``: 2,048 chunk files) and once
+sharded (``arr/``: 128 shards). Served:
 
 * **nginx** over the flat files (the ceiling of a static server);
 * **minimal aiohttp handlers** (``minimal_server.py``): the flat files opened, read and
@@ -29,7 +30,7 @@ generator, so ``--workers 2`` gains less than on a machine with a core to spare.
 and nginx are Debian packages, apt-installed when missing and possible (as root);
 otherwise the script says what to install.
 
-    python benchmarks/bench_serve.py [--seconds 8] [--rounds 3] [--workers 1 2]
+    python benchmarks/bench_serve.py [--seconds 8] [--rounds 3] [--workers 1 2] [--chunk 64]
 """
 
 from __future__ import annotations
@@ -107,12 +108,13 @@ def ensure_wrk() -> str:
         raise SystemExit(f"this benchmark needs wrk: {exc}") from None
 
 
-def write_dataset(root: Path) -> None:
+def write_dataset(root: Path, chunk: int = CHUNK) -> None:
+    """The array flat (``flat/``) and sharded (``arr/``), with ``chunk``^3 chunks."""
     data = np.random.default_rng(0).integers(0, 255, SHAPE, dtype=np.uint8)
-    sharding = sharding_codec(CHUNK)
+    sharding = sharding_codec(chunk)
     for name, grid, codecs in (
         ("arr", list(SHARD), [sharding]),
-        ("flat", [CHUNK] * 3, [{"name": "bytes"}]),
+        ("flat", [chunk] * 3, [{"name": "bytes"}]),
     ):
         spec = {
             "driver": "zarr3",
@@ -128,25 +130,25 @@ def write_dataset(root: Path) -> None:
         ts.open(spec).result()[...] = data
 
 
-def chunk_paths(array: str, n: int = 2000) -> list[str]:
+def chunk_paths(array: str, n: int = 2000, chunk: int = CHUNK) -> list[str]:
     """The ``n`` random chunk URLs wrk asks (the same in every run)."""
     rng = random.Random(5)
-    x, y, z = GRID
+    x, y, z = (s // chunk for s in SHAPE)
     return [
         f"/{array}/c/{rng.randrange(x)}/{rng.randrange(y)}/{rng.randrange(z)}" for _ in range(n)
     ]
 
 
-def lua_script(folder: Path, array: str, n: int = 2000) -> Path:
+def lua_script(folder: Path, array: str, chunk: int = CHUNK) -> Path:
     script = folder / f"{array}.lua"
-    script.write_text(LUA % ", ".join(f'"{p}"' for p in chunk_paths(array, n)))
+    script.write_text(LUA % ", ".join(f'"{p}"' for p in chunk_paths(array, chunk=chunk)))
     return script
 
 
-def revalidation_script(folder: Path, url: str, array: str) -> Path:
+def revalidation_script(folder: Path, url: str, array: str, chunk: int = CHUNK) -> Path:
     """A wrk script revalidating the chunks of :func:`chunk_paths` with the ETags the
     server at ``url`` gives them now (one plain GET per distinct path first)."""
-    paths = chunk_paths(array)
+    paths = chunk_paths(array, chunk=chunk)
     etags: dict[str, str] = {}
     for path in paths:
         if path not in etags:
@@ -281,6 +283,13 @@ def main() -> None:
         "workers run on the last",
     )
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        choices=[32, 64],
+        default=CHUNK,
+        help="chunk edge: 32 (32 KiB chunks) or 64 (256 KiB); the shards stay 128x64x64",
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
@@ -292,8 +301,8 @@ def main() -> None:
     wrk = ensure_wrk()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp) / "data"
-        write_dataset(root)
-        scripts = {"flat": lua_script(Path(tmp), "flat"), "arr": lua_script(Path(tmp), "arr")}
+        write_dataset(root, args.chunk)
+        scripts = {a: lua_script(Path(tmp), a, args.chunk) for a in ("flat", "arr")}
         cases = [
             Case("nginx, flat files", "flat", "nginx"),
             Case("nginx, flat files, revalidated", "flat", "nginx", revalidate=True),
@@ -365,7 +374,9 @@ def main() -> None:
                 if case.kind == "nginx":
                     with Nginx(root) as server:
                         if case.revalidate:
-                            script = revalidation_script(Path(tmp), server.url, case.array)
+                            script = revalidation_script(
+                                Path(tmp), server.url, case.array, args.chunk
+                            )
                         measured = run_wrk_nginx(wrk, server, script, args)
                     results.setdefault(case.label, []).append(measured)
                     continue
@@ -378,13 +389,14 @@ def main() -> None:
                     )
                 with server_cm as (url, pid):
                     if case.revalidate:
-                        script = revalidation_script(Path(tmp), url, case.array)
+                        script = revalidation_script(Path(tmp), url, case.array, args.chunk)
                     run_wrk(wrk, url, script, 1, args.connections, pid)  # warm up
                     measured = run_wrk(wrk, url, script, args.seconds, args.connections, pid)
                 results.setdefault(case.label, []).append(measured)
         load = os.getloadavg()[0]
         print(
-            f"{SHAPE} uint8, {CHUNK}^3 chunks (32 KiB), wrk {args.connections} connections, "
+            f"{SHAPE} uint8, {args.chunk}^3 chunks ({args.chunk**3 // 1024} KiB), "
+            f"wrk {args.connections} connections, "
             f"{args.seconds:g} s, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
             f"load {load:.1f}"
         )

@@ -19,6 +19,7 @@ from asyncshard.backends import LocalStore
 from asyncshard.backends.local import descriptors
 from asyncshard.ranges import ByteRange
 from asyncshard.server import AppConfig, make_app
+from asyncshard.server.reads import KEPT_BODY
 from asyncshard.store import GetResult, NowResult
 from tests.http_app.conftest import DATA, FILES, Served, ServeFactory, seed
 
@@ -307,28 +308,37 @@ async def test_plain_gets_carry_the_headers_of_the_current_object(
 
 
 @pytest.mark.skipif(not descriptors.NOWAIT, reason="no RWF_NOWAIT or /proc: no head_now here")
+@pytest.mark.parametrize("size", [SIZE, 300_000, KEPT_BODY, KEPT_BODY + 1])
 async def test_a_file_answered_again_is_checked_not_read_again(
-    serve: ServeFactory, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+    serve: ServeFactory, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch, size: int
 ) -> None:
-    """A small file answered whole is answered again from memory after one metadata
-    check (``head_now``: a ``stat``), never after it changed: rewritten in place with
-    the same size, replaced or deleted, the next answer is the current object."""
+    """A file of up to ``KEPT_BODY`` bytes answered whole is answered again from memory
+    after one metadata check (``head_now``: a ``stat``; larger than a write slice, it is
+    written in slices as any body), never after it changed: rewritten in place with the
+    same size, replaced or deleted, the next answer is the current object. A larger
+    file is read each time."""
     monkeypatch.setattr(descriptors, "SETTLED_NS", 0)  # the seeded files count as settled
+    content = (DATA * (size // len(DATA) + 1))[:size]
     async with serve() as served:
+        path = served.root / "obj"
+        path.write_bytes(content)
         requests = served.store.stats.requests
         _, first, _ = await get(http, f"{served.url}/obj")
         before = dict(requests)
         for _ in range(3):
             status, again, body = await get(http, f"{served.url}/obj")
-            assert (status, body, again["ETag"]) == (200, DATA, first["ETag"])
-        assert requests["get"] == before["get"]
-        assert requests["head"] == before.get("head", 0) + 3
-        path = served.root / "obj"
+            assert (status, body, again["ETag"]) == (200, content, first["ETag"])
+            assert again["Content-Length"] == str(size)
+        if size <= KEPT_BODY:
+            assert requests["get"] == before["get"]
+            assert requests["head"] == before.get("head", 0) + 3
+        else:
+            assert requests["get"] >= before["get"] + 3
         time.sleep(0.02)  # file times move in clock ticks (a few ms): let the change show
         with open(path, "r+b") as f:  # in place: the same inode and size, other bytes
             f.write(b"INPLACE!")
         status, rewritten, body = await get(http, f"{served.url}/obj")
-        assert (status, body) == (200, b"INPLACE!" + DATA[8:])
+        assert (status, body) == (200, b"INPLACE!" + content[8:])
         assert rewritten["ETag"] != first["ETag"]
         (served.root / "new").write_bytes(b"replaced")
         os.rename(served.root / "new", path)

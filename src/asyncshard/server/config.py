@@ -38,8 +38,8 @@ class AppConfig:
         cache_bytes: the shard-index cache of the unsharded view.
         data_cache_bytes: the unsharded view's chunk-data cache (``0``: none): viewers
             re-read chunks, and a streamed encoded chunk is decoded once, not per piece.
-            Serving a store with ``head_now`` (local files) as it is, the whole small
-            answers (up to 64 KiB) kept and answered again after a ``stat``.
+            Serving a store with ``head_now`` (local files) as it is, the whole
+            answers (up to 1 MiB) kept and answered again after a ``stat``.
         recheck_after: seconds a cached index may answer "no such chunk" (404) before
             the shard is checked again (see ``ShardedAdapter``).
         writable, token: accept ``PUT``/``DELETE`` with ``Authorization: Bearer <token>``.

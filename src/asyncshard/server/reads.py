@@ -37,10 +37,11 @@ from asyncshard.store import Data, GetResult, ObjectMeta, Store, WouldWait
 #: Bytes handed to the socket per write (each a copy, so that nothing the transport
 #: still buffers keeps a whole piece alive).
 WRITE_SLICE = 64 * 1024
-#: The first read of a whole small body (one object: a remembered answer is recognised
-#: by it at once).
-FIRST_SLICE = Range(0, WRITE_SLICE)
 CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range")
+#: The first read of a plain GET (at most the piece size; page-cache reads on the loop go
+#: up to 1 MiB too): a body of up to this much is read whole at once, and may be kept
+#: (``Reader._bodies``).
+KEPT_BODY = 1024 * 1024
 #: Keys whose whole-body answer headers are remembered (:meth:`Reader.whole_headers`).
 REMEMBERED_HEADERS = 4096
 #: Bytes charged per remembered body beyond its own (key, headers, entry).
@@ -129,13 +130,15 @@ class Reader:
         self.stalls = stalls
         self.common = common
         self._headers: dict[str, tuple[ObjectMeta, dict[str, str]]] = {}
-        #: Whole small bodies answered again while :meth:`Store.head_now` returns the
-        #: metadata object of their read (the object is unchanged since; a local file:
-        #: one ``stat`` instead of a read). Only for a store that can answer so; the
-        #: unsharded view keeps chunks in its own data cache.
+        #: Whole bodies of up to :data:`KEPT_BODY` bytes answered again while
+        #: :meth:`Store.head_now` returns the metadata object of their read (the object
+        #: is unchanged since; a local file: one ``stat`` instead of a read). Only for a
+        #: store that can answer so; the unsharded view keeps chunks in its own cache.
         self._bodies: LRUCache[str, Remembered] | None = None
         if config.data_cache_bytes > 0 and not config.unshard and store.supports_head_now:
             self._bodies = LRUCache(config.data_cache_bytes, getsizeof=_charge)
+        #: One object: the unsharded view recognises a remembered answer by it at once.
+        self._first_slice = Range(0, min(KEPT_BODY, config.piece_size))
 
     # -- listings -------------------------------------------------------------------------
 
@@ -216,16 +219,20 @@ class Reader:
     async def _read_now(
         self, request: web.BaseRequest, key: str, ranges: list[ByteRange] | None
     ) -> web.StreamResponse | None:
-        """The answer when the store has the body's first :data:`WRITE_SLICE` bytes at
-        hand (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache
-        read), which is most small chunks: no coroutine below, no budget wait (the bytes
-        read are reserved if free at once). ``None``: read the usual way."""
+        """The answer when the store has the body's first bytes at hand
+        (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache read; up
+        to :data:`KEPT_BODY` bytes), which is most chunks: no coroutine below, no budget
+        wait (the bytes read are reserved if free at once). ``None``: read the usual
+        way."""
         bodies = self._bodies
-        if ranges is None and bodies is not None:
-            known = bodies.get(key)
-            if known is not None and self.store.head_now(key) is known[0]:
-                return web.Response(status=200, headers=known[1], body=known[2])
-        first_range = FIRST_SLICE if ranges is None else self._first_read(ranges, WRITE_SLICE)
+        if ranges is not None:
+            first_range = self._first_read(ranges, WRITE_SLICE)
+        else:
+            if bodies is not None:
+                known = bodies.get(key)
+                if known is not None and self.store.head_now(key) is known[0]:
+                    return await self._remembered(request, key, known)
+            first_range = self._first_slice
         if first_range is None:
             return None
         first = self.store.get_now(key, first_range)
@@ -234,17 +241,32 @@ class Reader:
         if first is None:
             return error(404, f"404 Not Found: {key}")
         meta = first.meta
-        if ranges is None and len(first.data) == meta.size:  # the whole body: sent at once
+        if ranges is None and len(first.data) == meta.size:  # the whole body
             headers = self.whole_headers(key, meta)
             body = unwrapped(first.data)
             if bodies is not None and _charge((meta, headers, body)) <= bodies.maxsize:
                 bodies[key] = meta, headers, body
-            return web.Response(status=200, headers=headers, body=body)
+            if len(body) <= WRITE_SLICE:  # small: sent at once with its headers
+                return web.Response(status=200, headers=headers, body=body)
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None
         piece = self._piece(first, first_range, reservation)
         return await self._body(request, key, meta, ranges, piece)
+
+    async def _remembered(
+        self, request: web.BaseRequest, key: str, known: Remembered
+    ) -> web.StreamResponse | None:
+        """A kept whole body answered again: at once when small, else written in slices
+        under the stall watch like any body (its bytes reserved from the budget if free
+        at once; ``None`` otherwise: read the usual way)."""
+        meta, headers, body = known
+        if len(body) <= WRITE_SLICE:
+            return web.Response(status=200, headers=headers, body=body)
+        reservation = self.budget.try_reserve(len(body))
+        if reservation is None:
+            return None
+        return await self._body(request, key, meta, None, Piece(0, memoryview(body), reservation))
 
     def whole_headers(self, key: str, meta: ObjectMeta) -> dict[str, str]:
         """:func:`object_headers` of a whole ``200`` answer, remembered per key for as long
