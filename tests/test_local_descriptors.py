@@ -388,3 +388,19 @@ def test_a_dropped_store_closes_its_descriptors(tmp_path: Path) -> None:
     del store
     gc.collect()
     assert open_below(tmp_path) == 0
+
+
+async def test_a_kept_descriptor_reads_with_the_settled_metadata(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file read in part before it settled keeps its descriptor; once ``head_now``
+    remembers it again as settled, reads through that descriptor return the settled
+    metadata object, so that what they give can be vouched for."""
+    await store.set("shard", blob(3))
+    early = answered(store.get_now("shard", Range(0, 8)))
+    assert store._inline.open_count == 1
+    monkeypatch.setattr(descriptors, "SETTLED_NS", 0)
+    settled = store.head_now("shard")
+    assert settled == early.meta and settled is not early.meta
+    again = answered(store.get_now("shard", Range(8, 16)))
+    assert again.meta is settled and store.head_now("shard") is settled

@@ -16,7 +16,10 @@ import psutil
 import pytest
 
 from asyncshard.backends import LocalStore
+from asyncshard.backends.local import descriptors
+from asyncshard.server import reads
 from asyncshard.server.app import BUDGET, STALLS, make_app
+from asyncshard.server.budget import ByteBudget
 from asyncshard.server.config import DEFAULT_BUFFER_BYTES, AppConfig
 from tests.http_app.conftest import running
 from tests.http_app.process import Running
@@ -50,6 +53,18 @@ def wait_answered(socks: list[socket.socket], timeout: float = 60.0) -> None:
         assert time.monotonic() < deadline, f"{len(pending)} connections got no answer"
         readable, _, _ = select.select(pending, [], [], 1.0)
         pending = [s for s in pending if s not in readable]
+
+
+async def close_and_wait_for(budget: ByteBudget, socks: list[socket.socket]) -> None:
+    """Close the connections (aiohttp cancels their handlers: ``handler_cancellation``)
+    and wait, up to 5 s, until every byte of ``budget`` is returned."""
+    for s in socks:
+        s.close()
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if budget.free == budget.total:
+            break
+    assert budget.free == budget.total
 
 
 @contextmanager
@@ -136,11 +151,42 @@ async def test_a_client_that_disconnects_mid_body_returns_its_budget(tmp_path: P
         socks = stalled_readers(port, "/big", 4)
         await asyncio.to_thread(wait_answered, socks)
         assert budget.free < budget.total, "stalled bodies hold pieces"
-        for s in socks:
-            s.close()  # aiohttp cancels their handlers (handler_cancellation)
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if budget.free == budget.total:
-                break
-        assert budget.free == budget.total
+        await close_and_wait_for(budget, socks)
         assert app[STALLS].dropped == 0, "closed, not timed out"
+
+
+@pytest.mark.parametrize("kept", [True, False])
+async def test_a_client_that_disconnects_in_the_first_piece_returns_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """A body of at most 1 MiB is read whole by the first read (or is a kept body) and
+    written from that one piece: a client that disconnects while it is written gets
+    its reservation returned all the same. (The kernel's socket buffers take a whole
+    MiB on loopback, so the write that never completes is made to hang here.)"""
+    monkeypatch.setattr(descriptors, "SETTLED_NS", 0)  # the file counts as settled
+    hang = asyncio.Event()
+    write = reads.Out._write
+
+    async def hanging(self: reads.Out, data: object) -> None:
+        if hang.is_set() and data is not None:
+            await asyncio.Event().wait()  # a client that stopped reading
+        await write(self, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads.Out, "_write", hanging)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "chunk").write_bytes(os.urandom(900_000))
+    app = make_app(
+        LocalStore(root), AppConfig(buffer_bytes=8 * MiB, data_cache_bytes=8 * MiB if kept else 0)
+    )
+    budget = app[BUDGET]
+    async with running(app) as url, aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/chunk") as r:  # read once: kept (or not)
+            assert len(await r.read()) == 900_000
+        assert budget.free == budget.total
+        hang.set()
+        port = int(url.rsplit(":", 1)[1])
+        socks = stalled_readers(port, "/chunk", 4)
+        await asyncio.to_thread(wait_answered, socks)
+        assert budget.total - budget.free == 4 * 900_000, "each holds its piece"
+        await close_and_wait_for(budget, socks)

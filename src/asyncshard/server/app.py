@@ -18,8 +18,8 @@ maps errors to statuses. What it answers (RFC 9110):
   Pieces are written in 64 KiB copies, so the transport's buffer never pins a whole
   piece, and a client that accepts no write for ``write_timeout`` (60 s) is disconnected
   (``stalls.py``). Peak RSS growth stays under ``buffer_bytes`` + 128 KiB per open
-  connection (300 clients that never read: +92-131 MiB, against +1625 MiB without the
-  budget).
+  connection, plus the ``data_cache_bytes`` of kept chunks or files (300 clients that
+  never read: +92-131 MiB, against +1625 MiB without the budget).
 * ``Range``: one range (``bytes=a-b``, ``a-``, ``-n``) answers ``206`` with
   ``Content-Range``; several answer ``206 multipart/byteranges`` (sorted, overlapping and
   adjacent ones merged); unsatisfiable ones ``416`` with ``Content-Range: bytes */size``;

@@ -43,6 +43,12 @@ class ByteBudget:
         self.free -= size
         return size
 
+    def would_grant(self, size: int) -> bool:
+        """Whether :meth:`try_reserve` of ``size`` bytes would succeed now."""
+        if self._waiters or size > self.free:
+            return False
+        return self.free - size >= self.total // 2 or size <= self.small
+
     def try_reserve(self, size: int) -> Reservation | None:
         """``size`` bytes now, or ``None`` when they are not free at once (or others
         wait): for bytes already read, which a caller may drop instead of waiting."""

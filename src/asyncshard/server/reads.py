@@ -137,8 +137,9 @@ class Reader:
         self._bodies: LRUCache[str, Remembered] | None = None
         if config.data_cache_bytes > 0 and not config.unshard and store.supports_head_now:
             self._bodies = LRUCache(config.data_cache_bytes, getsizeof=_charge)
-        #: One object: the unsharded view recognises a remembered answer by it at once.
+        #: One object each: the unsharded view recognises a remembered answer by it.
         self._first_slice = Range(0, min(KEPT_BODY, config.piece_size))
+        self._small_slice = Range(0, min(WRITE_SLICE, config.piece_size))
 
     # -- listings -------------------------------------------------------------------------
 
@@ -221,18 +222,26 @@ class Reader:
     ) -> web.StreamResponse | None:
         """The answer when the store has the body's first bytes at hand
         (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache read; up
-        to :data:`KEPT_BODY` bytes), which is most chunks: no coroutine below, no budget
-        wait (the bytes read are reserved if free at once). ``None``: read the usual
-        way."""
+        to :data:`KEPT_BODY` bytes for a plain GET while the budget can take them, else
+        :data:`WRITE_SLICE`), which is most chunks: no coroutine below, no budget wait.
+        A body of at most :data:`WRITE_SLICE` goes out in one write; more is reserved
+        from the budget if free at once. ``None``: read the usual way."""
         bodies = self._bodies
         if ranges is not None:
             first_range = self._first_read(ranges, WRITE_SLICE)
         else:
             if bodies is not None:
                 known = bodies.get(key)
-                if known is not None and self.store.head_now(key) is known[0]:
-                    return await self._remembered(request, key, known)
-            first_range = self._first_slice
+                if known is not None:
+                    if self.store.head_now(key) is known[0]:
+                        return await self._remembered(request, key, known)
+                    del bodies[key]  # changed, or read too soon after a change
+            # the first read is reserved only afterwards: large only while that will work
+            first_range = (
+                self._first_slice
+                if self.budget.would_grant(self._first_slice.end)
+                else self._small_slice
+            )
         if first_range is None:
             return None
         first = self.store.get_now(key, first_range)
@@ -251,8 +260,9 @@ class Reader:
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None
-        piece = self._piece(first, first_range, reservation)
-        return await self._body(request, key, meta, ranges, piece)
+        return await self._body_from(
+            request, key, meta, ranges, self._piece(first, first_range, reservation)
+        )
 
     async def _remembered(
         self, request: web.BaseRequest, key: str, known: Remembered
@@ -266,7 +276,24 @@ class Reader:
         reservation = self.budget.try_reserve(len(body))
         if reservation is None:
             return None
-        return await self._body(request, key, meta, None, Piece(0, memoryview(body), reservation))
+        return await self._body_from(
+            request, key, meta, None, Piece(0, memoryview(body), reservation)
+        )
+
+    async def _body_from(
+        self,
+        request: web.BaseRequest,
+        key: str,
+        meta: ObjectMeta,
+        ranges: list[ByteRange] | None,
+        piece: Piece,
+    ) -> web.StreamResponse:
+        """:meth:`_body` starting with ``piece``, whose reservation is returned however
+        the answer ends (a client gone mid-body, a stall, a 416, several ranges)."""
+        try:
+            return await self._body(request, key, meta, ranges, piece)
+        finally:
+            piece.reservation.release()
 
     def whole_headers(self, key: str, meta: ObjectMeta) -> dict[str, str]:
         """:func:`object_headers` of a whole ``200`` answer, remembered per key for as long

@@ -94,9 +94,10 @@ def _identity(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _settled(identity: Identity) -> bool:
-    """Whether the file of ``identity`` last changed at least :data:`SETTLED_NS` ago."""
-    return identity[4] <= time.time_ns() - SETTLED_NS
+def _settled(identity: Identity, seen_at: int) -> bool:
+    """Whether the file of ``identity``, seen at ``seen_at`` (``time.time_ns()`` taken
+    before its ``stat``), had last changed more than :data:`SETTLED_NS` before."""
+    return identity[4] < seen_at - SETTLED_NS
 
 
 class InlineReads:
@@ -122,7 +123,11 @@ class InlineReads:
             if held is not None:
                 if self._unchanged(key, held):
                     self._open.move_to_end(key)
-                    return _read(held.fd, held.meta, byte_range, if_match, key)
+                    known = self._metas.get(key)  # remembered again once settled
+                    meta = held.meta
+                    if known is not None and known.identity == held.identity:
+                        meta = known.meta
+                    return _read(held.fd, meta, byte_range, if_match, key)
                 self._drop(key)
             opened = self._open_file(key)
             if not isinstance(opened, _Open):
@@ -181,6 +186,7 @@ class InlineReads:
         when it was remembered, so it is not looked up in ``/proc/self/fd`` again: the
         same inode with the same change time has not moved (a rename changes it)."""
         root = self.root
+        seen_at = time.time_ns()
         try:
             fd = root.open_fast(key, check=False)
             if fd is None or fd < 0:
@@ -195,7 +201,7 @@ class InlineReads:
             if (
                 known is not None
                 and known.identity == identity
-                and (known.settled or not _settled(identity))
+                and (known.settled or not _settled(identity, seen_at))
             ):
                 # this very file was found inside the root before: no need to look again
                 # (remembered again, as settled, once it is)
@@ -209,7 +215,7 @@ class InlineReads:
                 meta = meta_of(key, st, token_of(fd))
                 if len(self._metas) >= REMEMBERED_METAS:
                     self._metas.clear()
-                self._metas[key] = _Known(identity, meta, _settled(identity))
+                self._metas[key] = _Known(identity, meta, _settled(identity, seen_at))
                 return _Open(fd, identity, meta)
         except OSError:
             pass
