@@ -106,6 +106,34 @@ async def test_deletes_prune_empty_folders(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "x").exists()
 
 
+async def test_prune_removes_only_folders_that_hold_nothing(tmp_path: Path) -> None:
+    """``prune`` removes what a killed delete leaves (folders emptied but not removed),
+    deepest first, and nothing else: objects, temp files, the folders holding them, the
+    root, a link and the outside folder it leads to all stay."""
+    store = LocalStore(tmp_path / "root")
+    await store.set("arr/zarr.json", b"{}")
+    await store.set("arr/c/0/0", b"chunk")
+    root = tmp_path / "root"
+    for empty in ("arr/c/1/2", "arr/c/1/3/4", "arr/c/5", "other/x"):
+        (root / empty).mkdir(parents=True)
+    (root / "arr/c/6").mkdir()
+    (root / "arr/c/6" / f"{TMP_PREFIX}partial").write_bytes(b"in flight")
+    outside = tmp_path / "outside"
+    (outside / "empty").mkdir(parents=True)
+    (root / "arr/c/link").symlink_to(outside)
+    await store.prune("arr")
+    assert sorted(
+        str(p.relative_to(root)) for p in (root / "arr").rglob("*") if not p.is_file()
+    ) == ["arr/c", "arr/c/0", "arr/c/6", "arr/c/link"]
+    assert (root / "other/x").is_dir(), "outside the prefix"
+    assert (outside / "empty").is_dir() and (root / "arr/c/0/0").read_bytes() == b"chunk"
+    (root / "arr/c/link").unlink()
+    await store.erase_values(["arr/c/0/0"])
+    await store.prune("")
+    assert not (root / "other").exists() and not (root / "arr/c/0").exists()
+    assert (root / "arr/c/6").is_dir() and root.is_dir()
+
+
 async def test_directory_is_not_an_object(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     await store.set("dir/file", b"1")

@@ -100,6 +100,7 @@ class Store(ABC):
     ``erase_values``                      ``_erase_many`` (default: ``_erase`` each)
     ``erase_if_match``                    ``_erase_if_match``
     ``erase_prefix``                      ``list_prefix`` + ``erase_values``
+    ``prune``                             ``_prune`` (default: nothing to do)
     ``list``, ``list_prefix``             ``_list``
     ``list_dir``                          ``_list_dir``
     ``close``                             ``_close``
@@ -575,6 +576,21 @@ class Store(ABC):
     async def erase_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with ``prefix`` (``""`` erases all)."""
         await self.erase_values([k async for k in self.list_prefix(prefix)])
+
+    async def prune(self, prefix: str = "") -> None:
+        """Remove the folders below the folder ``prefix`` that hold no object: what a
+        delete interrupted between removing an object and its emptied folder (a killed
+        process) leaves behind, so that listings again show no prefix without keys.
+        Objects are never touched. Stores without folders (object stores) have nothing
+        to do; a read-only store raises :class:`ReadOnlyError`."""
+        prefix = dir_prefix(prefix)
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        await self._prune(prefix)
+
+    async def _prune(self, prefix: str) -> None:
+        """:meth:`prune` of the folder ``prefix`` (``""`` or ending in ``/``)."""
+        return  # no folders: nothing to do
 
     # -- listing ------------------------------------------------------------------------
 

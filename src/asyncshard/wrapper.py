@@ -141,5 +141,8 @@ class WrapperStore(Store):
         outer_prefixes = [p for p in map(self._outer_key, prefixes) if p is not None]
         return outer_keys, outer_prefixes
 
+    async def _prune(self, prefix: str) -> None:
+        await self.inner.prune(self._inner_key(prefix))
+
     async def _close(self) -> None:
         await self.inner.close()

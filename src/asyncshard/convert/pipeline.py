@@ -241,9 +241,12 @@ async def _list(
 
 
 async def _delete_layout(store: Store, node: Convertible, doc: Doc) -> int:
-    """Delete every object of layout ``doc``; return how many."""
+    """Delete every object of layout ``doc`` left by an interrupted conversion, and the
+    folders that the interrupted deletes emptied but did not remove; return how many
+    objects."""
     keys = (await _list(store, node, doc)).keys
     await delete_keys(store, keys)
+    await store.prune(node.prefix)
     return len(keys)
 
 

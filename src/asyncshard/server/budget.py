@@ -43,11 +43,10 @@ class ByteBudget:
         self.free -= size
         return size
 
-    def would_grant(self, size: int) -> bool:
-        """Whether :meth:`try_reserve` of ``size`` bytes would succeed now."""
-        if self._waiters or size > self.free:
-            return False
-        return self.free - size >= self.total // 2 or size <= self.small
+    def mostly_free(self, size: int) -> bool:
+        """Whether ``size`` bytes would leave at most an eighth of the budget in use (and
+        nobody waits): the budget is not under pressure."""
+        return not self._waiters and self.free - size >= self.total - self.total // 8
 
     def try_reserve(self, size: int) -> Reservation | None:
         """``size`` bytes now, or ``None`` when they are not free at once (or others

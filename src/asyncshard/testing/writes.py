@@ -166,6 +166,26 @@ class WriteConformance(ConformanceBase):
             listed = sorted([k async for k in store.list()])
             assert listed == sorted({key("x/2"), *writable.present_keys})
 
+    async def test_prune_keeps_every_object(self, writable: Harness) -> None:
+        """``prune`` removes no object: it only removes folders that hold none, where a
+        store has folders (a prefix naming an object, or nothing, is fine too)."""
+        store = writable.store
+        keys = [writable.key(k) for k in ["p/a", "p/b/c", "p/b/d", "pq", "other"]]
+        for key in keys:
+            await store.set(key, key.encode())
+        await store.erase_values([keys[1]])
+        listed = sorted([k async for k in store.list()]) if store.supports_listing else None
+        await store.prune("")
+        await store.prune(keys[0])  # an object, not a folder
+        await store.prune(writable.key("nothing/here"))
+        for key in keys:
+            got = await store.get(key)
+            assert (None if got is None else bytes(got)) == (
+                None if key == keys[1] else key.encode()
+            )
+        if listed is not None:
+            assert sorted([k async for k in store.list()]) == listed
+
     async def test_erase_prefix(self, writable: Harness) -> None:
         store = writable.store
         keys = [writable.key(k) for k in ["p/a", "p/b/c", "p/b/d", "pq", "other"]]

@@ -7,6 +7,7 @@ a delete leaves empty are removed, so listings never show a prefix without keys.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Sequence
@@ -37,6 +38,22 @@ def unlink_many(root: Root, keys: Sequence[str]) -> None:
         root.prune(folder)
     if failure is not None:
         raise failure
+
+
+def prune_below(root: Root, prefix: str) -> None:
+    """Remove every folder below the folder ``prefix`` (``""`` or ending in ``/``) that
+    holds nothing, deepest first, then the folder itself and its parents while empty
+    (never the root). Links are not followed; a folder that is not empty (an object, a
+    temp file, a folder that stays) stays; one that vanished meanwhile is fine."""
+    try:
+        top = root.folder(prefix[:-1])
+    except AsyncShardError:
+        return  # a prefix that leads outside the root or through a file: nothing ours
+    for folder, _, _ in os.walk(top, topdown=False):
+        if folder != top:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+    root.prune(top)
 
 
 def _unlink(root: Root, key: str, folders: FolderFds) -> str | None:

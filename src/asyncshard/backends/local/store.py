@@ -277,6 +277,9 @@ class LocalStore(Store):
         unlink = to_completion(deletes.unlink_many, self._root, keys)
         await self._replacing(keys, self._bounded(unlink))
 
+    async def _prune(self, prefix: str) -> None:
+        await asyncio.to_thread(deletes.prune_below, self._root, prefix)
+
     async def _erase_if_match(self, key: str, version: str) -> None:
         unlink = asyncio.to_thread(deletes.unlink_if_match, self._root, key, version)
         await self._replacing([key], unlink)
