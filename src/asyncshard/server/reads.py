@@ -4,7 +4,9 @@ A body is read from the store in budgeted pieces of at most ``piece_size`` bytes
 first piece is read before the headers go out (it gives the size and version), later
 ones are read conditioned on that version, so an object replaced mid-transfer aborts
 the connection instead of mixing two versions. A small body read whole goes out with
-its headers in one write.
+its headers in one write. Whole bodies of up to 1 MiB of a store with ``head_now``
+(local files) are kept and answered again while ``head_now`` vouches for them, and
+conditional requests and ``HEAD`` take their metadata from ``head_now`` when it answers.
 """
 
 from __future__ import annotations
