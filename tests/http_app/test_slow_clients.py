@@ -177,7 +177,8 @@ async def test_a_client_that_disconnects_in_the_first_piece_returns_its_budget(
     root.mkdir()
     (root / "chunk").write_bytes(os.urandom(900_000))
     app = make_app(
-        LocalStore(root), AppConfig(buffer_bytes=64 * MiB, data_cache_bytes=8 * MiB if kept else 0)
+        LocalStore(root),
+        AppConfig(buffer_bytes=512 * MiB, data_cache_bytes=8 * MiB if kept else 0),
     )
     budget = app[BUDGET]
     async with running(app) as url, aiohttp.ClientSession() as http:

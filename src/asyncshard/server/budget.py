@@ -44,9 +44,9 @@ class ByteBudget:
         return size
 
     def mostly_free(self, size: int) -> bool:
-        """Whether ``size`` bytes would leave at most an eighth of the budget in use (and
-        nobody waits): the budget is not under pressure."""
-        return not self._waiters and self.free - size >= self.total - self.total // 8
+        """Whether ``size`` bytes would leave at most a 64th of the budget in use (and
+        nobody waits): no client is holding bytes back."""
+        return not self._waiters and self.free - size >= self.total - self.total // 64
 
     def try_reserve(self, size: int) -> Reservation | None:
         """``size`` bytes now, or ``None`` when they are not free at once (or others

@@ -224,7 +224,7 @@ class Reader:
     ) -> web.StreamResponse | None:
         """The answer when the store has the body's first bytes at hand
         (:meth:`~asyncshard.store.Store.get_now`: a cached chunk, a page-cache read; up
-        to :data:`KEPT_BODY` bytes for a plain GET while the budget is mostly free, else
+        to :data:`KEPT_BODY` bytes for a plain GET while the budget is hardly used, else
         :data:`WRITE_SLICE`), which is most chunks: no coroutine below, no budget wait.
         A body of at most :data:`WRITE_SLICE` goes out in one write; more is reserved
         from the budget if free at once. ``None``: read the usual way."""
@@ -238,8 +238,8 @@ class Reader:
                     if self.store.head_now(key) is known[0]:
                         return await self._remembered(request, key, known)
                     del bodies[key]  # changed, or read too soon after a change
-            # large only while the budget is hardly used: under pressure (many slow
-            # clients) pieces stay small, and no large read is made only to be dropped
+            # large only while the budget is hardly used: with slow clients holding
+            # pieces, first pieces stay small, and no large read is made to be dropped
             first_range = (
                 self._first_slice
                 if self.budget.mostly_free(self._first_slice.end)
