@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -89,7 +90,9 @@ def _start_once() -> S3Server:
         f"-bucket={TEST_BUCKET}",
     ]
     log = open(base / "weed.log", "wb")  # noqa: SIM115 - closed in stop
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=base)
+    # its gRPC unix sockets go to $TMPDIR (no flag names them), and would outlive it there
+    env = {**os.environ, "TMPDIR": str(base)}
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=base, env=env)
     stop = process_stopper(proc, log, base)
     server = S3Server(
         name="seaweedfs",
