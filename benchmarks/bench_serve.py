@@ -66,7 +66,8 @@ SERVE = [sys.executable, "-c", "from asyncshard.server.command import main; main
 MINIMAL = [sys.executable, str(Path(__file__).with_name("minimal_server.py"))]
 SHAPE, CHUNK, SHARD = (512, 512, 256), 32, (128, 64, 64)
 GRID = tuple(s // CHUNK for s in SHAPE)
-LUA = """
+#: What every wrk script starts with: the paths asked (``%s``), a seed per thread.
+LUA_SETUP = """
 local paths = {%s}
 local threads = 0
 function setup(thread)
@@ -76,28 +77,25 @@ end
 function init(args)
   math.randomseed(7919 * id + 1)
 end
-request = function()
+"""
+LUA = (
+    LUA_SETUP
+    + """request = function()
   return wrk.format("GET", paths[math.random(#paths)])
 end
 """
+)
 #: Requests as a browser revalidates under ``Cache-Control: no-cache``: each path with
-#: ``If-None-Match`` and the ETag the server gave for it.
-LUA_REVALIDATE = """
-local paths = {%s}
-local etags = {%s}
-local threads = 0
-function setup(thread)
-  thread:set("id", threads)
-  threads = threads + 1
-end
-function init(args)
-  math.randomseed(7919 * id + 1)
-end
+#: ``If-None-Match`` and the ETag the server gave for it (``etags``, the second ``%s``).
+LUA_REVALIDATE = (
+    LUA_SETUP
+    + """local etags = {%s}
 request = function()
   local i = math.random(#paths)
   return wrk.format("GET", paths[i], {["If-None-Match"] = etags[i]})
 end
 """
+)
 
 
 def ensure_wrk() -> str:

@@ -236,7 +236,7 @@ class Reader:
                 known = bodies.get(key)
                 if known is not None:
                     if self.store.head_now(key) is known[0]:
-                        return await self._remembered(request, key, known)
+                        return await self._whole(request, key, known)
                     del bodies[key]  # changed, or read too soon after a change
             # large only while the budget is hardly used: with slow clients holding
             # pieces, first pieces stay small, and no large read is made to be dropped
@@ -254,12 +254,10 @@ class Reader:
             return error(404, f"404 Not Found: {key}")
         meta = first.meta
         if ranges is None and len(first.data) == meta.size:  # the whole body
-            headers = self.whole_headers(key, meta)
-            body = unwrapped(first.data)
-            if bodies is not None and _charge((meta, headers, body)) <= bodies.maxsize:
-                bodies[key] = meta, headers, body
-            if len(body) <= WRITE_SLICE:  # small: sent at once with its headers
-                return web.Response(status=200, headers=headers, body=body)
+            whole = meta, self.whole_headers(key, meta), unwrapped(first.data)
+            if bodies is not None and _charge(whole) <= bodies.maxsize:
+                bodies[key] = whole
+            return await self._whole(request, key, whole)
         reservation = self.budget.try_reserve(max(len(first.data), 1))
         if reservation is None:  # the budget is short: wait for it the usual way
             return None
@@ -267,13 +265,14 @@ class Reader:
             request, key, meta, ranges, self._piece(first, first_range, reservation)
         )
 
-    async def _remembered(
-        self, request: web.BaseRequest, key: str, known: Remembered
+    async def _whole(
+        self, request: web.BaseRequest, key: str, whole: Remembered
     ) -> web.StreamResponse | None:
-        """A kept whole body answered again: at once when small, else written in slices
-        under the stall watch like any body (its bytes reserved from the budget if free
-        at once; ``None`` otherwise: read the usual way)."""
-        meta, headers, body = known
+        """The answer of a whole body at hand (just read, or kept): at once with its
+        headers up to :data:`WRITE_SLICE` bytes, else written in slices under the stall
+        watch like any body (its bytes reserved from the budget if free at once; ``None``
+        otherwise: read the usual way)."""
+        meta, headers, body = whole
         if len(body) <= WRITE_SLICE:
             return web.Response(status=200, headers=headers, body=body)
         reservation = self.budget.try_reserve(len(body))
