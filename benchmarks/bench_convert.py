@@ -2,7 +2,8 @@
 """Conversion beside its peers, in one run: wall time, MB/s, objects/s, CPU, peak RSS.
 
 Jobs (every one run on a fresh copy of the same input, interleaved over ``--rounds``
-rounds, median kept; every result is read back and checked before it counts):
+rounds, each round starting one tool later so that no tool always runs right after the
+same other, median kept; every result is read back and checked before it counts):
 
 * **zarr** — a flat uint8 Zarr v3 array, ``--size``^3 with uncompressed ``--chunk``^3
   chunks (default 512^3 / 32^3: 4,096 objects, 134 MB):
@@ -362,7 +363,8 @@ class Bench:
             for job in jobs:
                 if n >= job.rounds:
                     continue
-                for tool in job.tools:
+                tools = list(job.tools)  # each round starts one tool later: no seat
+                for tool in tools[n % len(tools) :] + tools[: n % len(tools)]:
                     self.measure(job, tool, n)
                     print(
                         f"  round {n + 1}: {job.name} / {tool}: "

@@ -94,7 +94,8 @@ async def store_snapshot(store: Store, prefix: str = "") -> dict[str, bytes]:
 
 
 class CrashingStore(Store):
-    """Wraps a store and raises :class:`Crash` at the n-th matching put or delete."""
+    """Wraps a store, records its reads (``reads``: key and byte range) and raises
+    :class:`Crash` at the n-th matching put or delete."""
 
     def __init__(
         self,
@@ -109,6 +110,7 @@ class CrashingStore(Store):
         self.puts_left = puts
         self.deletes_left = deletes
         self.match = match
+        self.reads: list[tuple[str, ByteRange | None]] = []
 
     @property
     def supports_conditional_writes(self) -> bool:
@@ -117,6 +119,7 @@ class CrashingStore(Store):
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
+        self.reads.append((key, byte_range))
         return await self.inner._get(key, byte_range, if_match)
 
     async def _head(self, key: str) -> ObjectMeta | None:

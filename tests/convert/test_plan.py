@@ -136,9 +136,11 @@ def _writers(tasks: list[Any], dst_layout: Any, src_layout: Any) -> dict[tuple[i
     """How many tasks write each target object."""
     count: dict[tuple[int, ...], int] = {}
     for task in tasks:
-        if task.kind == "unpack":
+        if task.kind in ("unpack", "split"):
             lo, hi = src_layout.grid.chunk_range(task.sources[0])
-            targets = list(itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True))))
+            chunks = itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True)))
+            targets = list(dict.fromkeys(dst_layout.grid.object_of(c)[0] for c in chunks))
+            targets = [t for t in targets if t not in task.existing]
         else:
             targets = [task.target]
         for t in targets:

@@ -31,6 +31,8 @@ Step = Callable[[Store], Awaitable[ConversionSummary]]
 STEPS: list[tuple[str, Step]] = [
     ("shard 2", lambda s: shard_store_async(s, 2, max_in_flight=2)),
     ("reshard 3x1", lambda s: reshard_async(s, (3, 1), separator=".", max_in_flight=2)),
+    # each 3x1 shard alone feeds three 1x1 shards: split tasks, several writes each
+    ("reshard 1x1", lambda s: reshard_async(s, 1, separator=".", max_in_flight=2)),
     ("unshard", lambda s: unshard_store_async(s, max_in_flight=2)),
 ]
 
@@ -87,6 +89,27 @@ async def test_resume_keeps_the_shards_already_written(tmp_path: Path) -> None:
     assert report.objects_written == 4 * 4 - 1 - 3  # 15 shards hold data, 3 were there
     assert report.chunks == 52  # the manifest still lists every chunk
     assert len(json.loads((arr / "zarr.json").read_text())["attributes"]["nonempty_chunks"]) == 52
+    assert_readable(arr, data)
+
+
+async def test_resume_of_a_split_keeps_the_targets_already_written(tmp_path: Path) -> None:
+    """A source shard cut into smaller shards (one task, several writes) interrupted
+    midway: the rerun writes only the targets still missing."""
+    arr, data = sample(tmp_path)
+    await shard_store_async(LocalStore(arr), 4)  # 2x2 shards of 4x4 chunks
+    with pytest.raises(Crash):  # the first source's 2x2 targets: one empty, three written
+        await reshard_async(
+            CrashingStore(LocalStore(arr), puts=3, match=lambda k: k.startswith("c/")),
+            2,
+            max_in_flight=1,
+        )
+    assert len(list((arr / "c").rglob("*"))) == 2 + 3  # two folders, three shards
+    assert_readable(arr, data)
+    summary = await reshard_async(LocalStore(arr), 2)
+    report = summary.arrays[0]
+    assert report.resumed and report.action == "converted"
+    assert report.objects_written == 4 * 4 - 1 - 3  # 15 shards hold data, 3 were there
+    assert report.chunks == 52
     assert_readable(arr, data)
 
 

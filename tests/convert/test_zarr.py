@@ -26,7 +26,13 @@ from asyncshard.convert import (
     unshard_store,
     unshard_store_async,
 )
-from tests.convert.helpers import assert_readable, make_array, snapshot, store_snapshot
+from tests.convert.helpers import (
+    CrashingStore,
+    assert_readable,
+    make_array,
+    snapshot,
+    store_snapshot,
+)
 
 
 def meta(path: Path) -> dict[str, Any]:
@@ -75,6 +81,23 @@ def test_round_trip_flat_sharded_resharded_flat(tmp_path: Path) -> None:
     assert manifest == sorted(cells(original))  # zarr-vectors' form: "0.0.2"
     assert back == original_meta
     assert_readable(arr, data)
+
+
+async def test_reshard_into_smaller_shards_reads_each_source_shard_once(
+    tmp_path: Path,
+) -> None:
+    """Where every target shard lies inside one source shard, each source shard is read
+    once, whole (no index or range reads), and cut into its targets."""
+    data = make_array(tmp_path / "a", (40, 36), (4, 4))  # 10x9 chunks, 86 stored
+    await shard_store_async(LocalStore(tmp_path / "a"), 4)  # 3x3 shards
+    source = CrashingStore(LocalStore(tmp_path / "a"))
+    summary = await reshard_async(source, 2, to=str(tmp_path / "b"))
+    shard_reads = sorted((k, r) for k, r in source.reads if k.startswith("c."))
+    assert shard_reads == [(f"c.{i}.{j}", None) for i in range(3) for j in range(3)]
+    report = summary.arrays[0]
+    assert (report.objects_written, report.chunks) == (5 * 5 - 1, 86)  # one target empty
+    assert len([p for p in (tmp_path / "b" / "c").rglob("*") if p.is_file()]) == 24
+    assert_readable(tmp_path / "b", data)
 
 
 @pytest.mark.filterwarnings("ignore:The data type")

@@ -7,8 +7,9 @@
   whose source and target keys are disjoint (one pass, or two when the final keys use
   the same encoding as the current ones).
 * :func:`plan_pass` lists the tasks of one pass from the objects found by listing: one
-  task per target object (pack, repack, copy) or per source shard (unpack), so that
-  every target object has exactly one writer.
+  task per target object (pack, repack, copy) or per source shard (unpack, and split:
+  the targets a source shard alone feeds), so that every target object has exactly one
+  writer.
 
 Nothing here does I/O.
 """
@@ -196,14 +197,37 @@ def plan_pass(
             existing = tuple(c for c in _boxes(lo, hi) if c in done) if done else ()
             tasks.append(Task("unpack", None, (shard,), existing))
         return tasks, ignored
-    feeds: dict[Coords, list[Coords]] = {}  # sharded -> sharded, other shard shape
-    for shard in inside:
+    return _reshard_tasks(src, dst, inside, done), ignored
+
+
+def _reshard_tasks(
+    src: ArrayLayout, dst: ArrayLayout, shards: list[Coords], done: set[Coords]
+) -> list[Task[Coords]]:
+    """Sharded -> sharded with another shard shape: a ``split`` task per source shard
+    that alone feeds two or more targets (read once, whole), a ``repack`` task per
+    target fed by several source shards (or the only one of its source)."""
+    feeds: dict[Coords, list[Coords]] = {}
+    boxes: list[tuple[Coords, list[Coords]]] = []
+    for shard in shards:
         lo, hi = src.grid.chunk_range(shard)
         t_lo = dst.grid.object_of(lo)[0]
         t_hi = tuple(o + 1 for o in dst.grid.object_of(tuple(h - 1 for h in hi))[0])
-        for target in _boxes(t_lo, t_hi):
+        targets = list(_boxes(t_lo, t_hi))
+        boxes.append((shard, targets))
+        for target in targets:
             feeds.setdefault(target, []).append(shard)
-    return [_target_task("repack", t, tuple(s), done) for t, s in sorted(feeds.items())], ignored
+    tasks: list[Task[Coords]] = []
+    for shard, targets in boxes:
+        if len(targets) < 2 or any(len(feeds[t]) > 1 for t in targets):
+            continue
+        for target in targets:
+            del feeds[target]
+        existing = tuple(t for t in targets if t in done)
+        if len(existing) < len(targets):
+            tasks.append(Task("split", None, (shard,), existing))
+        tasks.extend(Task("index", t, ()) for t in existing)
+    tasks.extend(_target_task("repack", t, tuple(s), done) for t, s in sorted(feeds.items()))
+    return tasks
 
 
 def _in_bounds(objects: list[Coords], grid: Coords) -> list[Coords]:
@@ -228,20 +252,8 @@ def _in_bounds(objects: list[Coords], grid: Coords) -> list[Coords]:
 def _group(chunks: list[Coords], grid: ChunkGrid) -> list[tuple[Coords, tuple[Coords, ...]]]:
     """``(object, its chunks)`` for the sorted ``chunks`` grouped into the objects of
     ``grid``, in object order (chunks keep their order in a group)."""
-    if not chunks:
-        return []
-    if not grid.ndim:  # 0-d: one object
-        return [((), tuple(chunks))]
-    objects, _ = grid.split_chunk_coords(chunks)
-    order = np.lexsort(objects.T[::-1])  # stable: by object, then by chunk
-    ordered = objects[order]
-    starts = np.flatnonzero(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)])
-    ends = [*starts[1:].tolist(), len(chunks)]
-    picks = order.tolist()
-    return [
-        (tuple(ordered[a].tolist()), tuple(chunks[i] for i in picks[a:b]))
-        for a, b in zip(starts.tolist(), ends, strict=True)
-    ]
+    rows = np.array(chunks, dtype=np.int64).reshape(len(chunks), grid.ndim)
+    return [(obj, tuple(chunks[i] for i in picks)) for obj, picks in grid.group_by_object(rows)]
 
 
 def _target_task(

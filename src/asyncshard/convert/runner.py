@@ -42,12 +42,12 @@ DEFAULT_IN_FLIGHT = 8
 T = TypeVar("T")
 Obj = TypeVar("Obj", bound=Hashable)
 
-TaskKind = Literal["pack", "repack", "unpack", "copy", "index"]
+TaskKind = Literal["pack", "repack", "split", "unpack", "copy", "index"]
 
 
 @dataclass(frozen=True)
 class Task(Generic[Obj]):
-    """One unit of work with exactly one target object (or one source shard for unpack).
+    """One unit of work with exactly one target object (or one source shard: unpack, split).
 
     Objects are named by what the format plans with (grid coordinates for Zarr, file
     names for precomputed):
@@ -55,6 +55,9 @@ class Task(Generic[Obj]):
     * ``pack``: target shard ``target`` from the unsharded chunks ``sources``;
     * ``repack``: target shard ``target`` from the chunks of the source shards
       ``sources`` that fall in it;
+    * ``split``: the target shards inside source shard ``sources[0]``, each fed by it
+      alone (the source is read once, whole); ``existing`` lists the target shards
+      already written by an interrupted run (skipped);
     * ``unpack``: the chunks of source shard ``sources[0]``; ``existing`` lists the
       target chunks already written by an interrupted run (skipped);
     * ``copy``: object ``sources[0]`` copied verbatim to ``target`` (same objects, other

@@ -19,6 +19,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from asyncshard.buffers import BytesLike
 from asyncshard.cache import LoadingCache
 from asyncshard.convert.layout import ArrayLayout, read_layout
@@ -28,7 +31,7 @@ from asyncshard.convert.runner import PassSpec, Task
 from asyncshard.formats.precomputed.shard import build_shard, decode_chunk_data, split_shard
 from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.formats.zarr3.keys import Coords
-from asyncshard.formats.zarr3.shard import decode_index, decode_shard, encode_shard
+from asyncshard.formats.zarr3.shard import decode_index, encode_shard, shard_chunks
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Data, Store
 
@@ -191,15 +194,23 @@ class ZarrExecutor(ChunkMover[Coords]):
         return await super().write_shard(target, sources, values, nread)
 
     def split(self, source: Coords, key: str, shard: Data) -> list[tuple[Coords, BytesLike]]:
+        chunks, views = self.present(source, key, shard)
+        return list(zip(map(tuple, chunks.tolist()), views, strict=True))
+
+    def present(
+        self, source: Coords, key: str, shard: Data
+    ) -> tuple[npt.NDArray[np.int64], list[memoryview]]:
+        """The chunks of whole source shard ``source`` inside the array: their chunk
+        coords (rows) and bytes (zero-copy views of ``shard``)."""
         src = self.src
         assert src.index is not None
-        base = tuple(s * n for s, n in zip(source, src.cps, strict=True))
-        out: list[tuple[Coords, BytesLike]] = []
-        for pos, view in decode_shard(shard, src.index, key=key).items():
-            chunk = tuple(b + p for b, p in zip(base, pos, strict=True))
-            if src.grid.chunk_in_bounds(chunk):
-                out.append((chunk, view))
-        return out
+        positions, views = shard_chunks(shard, src.index, key=key)
+        lo, hi = src.grid.chunk_range(source)
+        inside = np.all(positions < np.subtract(hi, lo), axis=1)
+        chunks = positions[inside] + np.asarray(lo, dtype=np.int64)  # < hi: no overflow
+        if not inside.all():
+            views = list(itertools.compress(views, inside.tolist()))
+        return chunks, views
 
     async def already_unpacked(self, task: Task[Coords]) -> TaskResult | None:
         chunks, nread = await read_present_chunks(self.source, self.src, task.sources[0])
@@ -217,6 +228,8 @@ class ZarrExecutor(ChunkMover[Coords]):
     async def execute_other(self, task: Task[Coords]) -> TaskResult:
         if task.kind == "repack":
             return await self._repack(task)
+        if task.kind == "split":
+            return await self._split(task)
         if task.kind == "copy":
             return await self._copy(task)
         return await super().execute_other(task)
@@ -244,6 +257,31 @@ class ZarrExecutor(ChunkMover[Coords]):
             )
         values = await self.sharded_src.get_located(located)
         return await self.write_shard(task.target, chunks, values)
+
+    async def _split(self, task: Task[Coords]) -> TaskResult:
+        """The target shards a source shard alone feeds: the source read once, whole, and
+        cut into its targets, each built and written before the next (the source and one
+        target in memory); the targets in ``task.existing`` are skipped."""
+        (shard,) = task.sources
+        key = self.source_key(shard)
+        buf = await self.source.get(key)
+        if buf is None:
+            return TaskResult(0, 0, 0, 0)
+        chunks, views = self.present(shard, key, buf)
+        existing = set(task.existing)
+        done: list[TaskResult] = []
+        for target, rows in self.dst.grid.group_by_object(chunks):
+            if target not in existing:
+                coords = [tuple(c) for c in chunks[rows].tolist()]
+                done.append(await self.write_shard(target, coords, [views[i] for i in rows], 0))
+        return TaskResult(
+            sum(r.nchunks for r in done),
+            sum(r.objects_written for r in done),
+            len(buf),
+            sum(r.bytes_written for r in done),
+            tuple(itertools.chain.from_iterable(r.chunks for r in done)),
+            resumed=bool(existing),
+        )
 
     async def _copy(self, task: Task[Coords]) -> TaskResult:
         """Same object, other key: ``Store.copy`` (a hard link on local files, where no

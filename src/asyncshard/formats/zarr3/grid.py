@@ -164,6 +164,24 @@ class ChunkGrid:
         inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in positions)
         return total > 0 and inside >= total
 
+    def group_by_object(self, chunks: npt.NDArray[np.int64]) -> list[tuple[Coords, list[int]]]:
+        """Rows of ``chunks`` (``(n, ndim)`` chunk coords) grouped by the object holding
+        them: ``(object coords, row numbers in their order)``, in object order."""
+        if not len(chunks):
+            return []
+        if not self.ndim:  # 0-d: one object
+            return [((), list(range(len(chunks))))]
+        objects, _ = self.split_chunk_coords(chunks)
+        order = np.lexsort(objects.T[::-1])  # stable: by object, then by row
+        ordered = objects[order]
+        starts = np.flatnonzero(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)])
+        ends = [*starts[1:].tolist(), len(chunks)]
+        picks: list[int] = order.tolist()
+        return [
+            (tuple(ordered[a].tolist()), picks[a:b])
+            for a, b in zip(starts.tolist(), ends, strict=True)
+        ]
+
     def split_chunk_coords(
         self, coords: npt.ArrayLike
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:

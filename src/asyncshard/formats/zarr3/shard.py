@@ -40,6 +40,7 @@ __all__ = [
     "inspect_shard",
     "morton_order",
     "present_mask",
+    "shard_chunks",
 ]
 
 EMPTY = 2**64 - 1
@@ -298,11 +299,24 @@ def decode_shard(
     buf: BytesLike, layout: IndexLayout, *, key: str | None = None
 ) -> dict[tuple[int, ...], memoryview]:
     """All present inner chunks of a whole shard, as zero-copy memoryview slices of ``buf``."""
+    positions, views = shard_chunks(buf, layout, key=key)
+    return dict(zip(map(tuple, positions.tolist()), views, strict=True))
+
+
+def shard_chunks(
+    buf: BytesLike, layout: IndexLayout, *, key: str | None = None
+) -> tuple[npt.NDArray[np.intp], list[memoryview]]:
+    """:func:`decode_shard` as arrays: the positions of the present inner chunks (rows, C
+    order) and their bytes (zero-copy memoryview slices of ``buf``)."""
     view = _as_view(buf)
     size = view.nbytes
     rng = index_byte_range(layout, size, key=key)
     index = decode_index(view[rng.as_slice()], layout, shard_size=size, key=key)
-    return {pos: view[off : off + n] for pos, off, n in chunk_slices(index)}
+    mask = present_mask(index)
+    offsets: list[int] = index[..., 0][mask].tolist()
+    sizes: list[int] = index[..., 1][mask].tolist()
+    views = [view[off : off + n] for off, n in zip(offsets, sizes, strict=True)]
+    return np.argwhere(mask), views
 
 
 def inspect_shard(
