@@ -15,6 +15,7 @@ from asyncshard.errors import InvalidKeyError
 from asyncshard.store import split_dir
 from asyncshard.testing.base import ConformanceBase
 from asyncshard.testing.harness import Harness
+from asyncshard.walk import walk_keys
 
 __all__ = ["TREE", "ListingConformance", "folder_listing", "keys_with_prefix"]
 
@@ -130,6 +131,16 @@ class ListingConformance(ConformanceBase):
             for form in {folder, folder.rstrip("/")}:  # "a/" and "a" name the same folder
                 keys, prefixes = await listable.store.list_dir(form)
                 assert (sorted(keys), sorted(prefixes)) == expected, form
+
+    @pytest.mark.parametrize("width", [1, 2, 16])
+    async def test_walk_keys_lists_what_list_prefix_lists(
+        self, listable: Harness, width: int
+    ) -> None:
+        stored = await _seed_tree(listable)
+        for cut in _cuts(stored):
+            walked = await walk_keys(listable.store, cut, width=width)
+            assert len(walked) == len(set(walked)), cut
+            assert sorted(walked) == keys_with_prefix(stored, cut), cut
 
     async def test_listing_counts_one_request(self, listable: Harness) -> None:
         await listable.seed(TREE)

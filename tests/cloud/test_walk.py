@@ -1,0 +1,30 @@
+"""walk_keys on real servers: pages of 1,000 keys, folders listed one request each."""
+
+from __future__ import annotations
+
+import pytest
+
+from asyncshard.walk import walk_keys
+from tests.cloud.conftest import Backend
+
+#: More keys in one folder than one page of a listing holds (1,000 on S3).
+FLAT = [f"flat/c.{i}" for i in range(1_100)]
+NESTED = [f"nested/c/{i}/{j}" for i in range(20) for j in range(60)]  # 20 folders
+
+
+async def test_walk_keys_on_object_stores(backend: Backend) -> None:
+    if backend.name == "http":
+        pytest.skip("plain HTTP has no listing")
+    store = backend.store
+    await store.set_many([(k, b"x") for k in [*FLAT, *NESTED, "nested/zarr.json"]])
+    for folder, expected in [("flat/", FLAT), ("nested/", [*NESTED, "nested/zarr.json"])]:
+        backend.reset_log()
+        store.stats.reset()
+        walked = await walk_keys(store, folder)
+        pages = [p for m, p, _ in backend.server_log() if m == "GET"]
+        assert sorted(walked) == sorted(expected)
+        assert sorted(walked) == sorted([k async for k in store.list_prefix(folder)])
+        if folder == "flat/":  # one list_dir, of two pages
+            assert store.stats.requests["list"] - 1 == 1 and len(pages) == 2
+        else:  # list_dir of nested/ and c/ (20 folders >= 16), then one per folder
+            assert store.stats.requests["list"] - 1 == 2 + 20 == len(pages)

@@ -1,0 +1,79 @@
+"""walk_keys: a folder listed by its subfolders, several listings at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from asyncshard.backends import MemoryStore
+from asyncshard.walk import MAX_LEVELS, WIDTH, walk_keys
+
+CHUNKS = [f"a/c/{i}/{j}/{k}" for i in range(4) for j in range(4) for k in range(4)]
+
+
+class SlowListings(MemoryStore):
+    """A memory store whose listings take a moment, counting how many run at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = self.most = 0
+
+    async def _pause(self) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await asyncio.sleep(0.002)
+        self.running -= 1
+
+    async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        await self._pause()
+        return await super()._list_dir(prefix)
+
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        await self._pause()
+        async for key in super()._list(prefix):
+            yield key
+
+
+async def seeded(keys: list[str]) -> SlowListings:
+    store = SlowListings()
+    await store.set_many([(k, b"x") for k in [*keys, "a/zarr.json"]])
+    store.stats.reset()
+    return store
+
+
+async def test_nested_keys_cost_the_folders_walked_and_one_listing_each() -> None:
+    """A 3-d array's ``c/i/j/k`` keys (4^3): list_dir of ``a/``, ``c/`` and the four
+    ``c/i/``, then sixteen ``c/i/j/`` listings, at most WIDTH at once."""
+    store = await seeded(CHUNKS)
+    assert sorted(await walk_keys(store, "a/")) == sorted([*CHUNKS, "a/zarr.json"])
+    assert MAX_LEVELS == 3 and WIDTH == 16
+    assert store.stats.requests["list"] == 1 + 1 + 4 + 16
+    assert 1 < store.most <= WIDTH
+
+
+async def test_width_bounds_the_listings_at_once() -> None:
+    store = await seeded(CHUNKS)
+    assert sorted(await walk_keys(store, "a/", width=3)) == sorted([*CHUNKS, "a/zarr.json"])
+    assert store.most == 3
+    # two levels walked (a/, then c/: four folders, >= 3), then the four listed
+    assert store.stats.requests["list"] == 1 + 1 + 4
+
+
+async def test_keys_in_one_folder_cost_one_listing() -> None:
+    flat = [f"a/c.{i}.{j}" for i in range(10) for j in range(10)]
+    store = await seeded(flat)
+    assert sorted(await walk_keys(store, "a/")) == sorted([*flat, "a/zarr.json"])
+    assert store.stats.requests["list"] == 1
+
+
+async def test_a_string_prefix_is_one_plain_listing() -> None:
+    store = await seeded(CHUNKS)
+    assert sorted(await walk_keys(store, "a/c/1")) == [k for k in CHUNKS if k.startswith("a/c/1")]
+    assert store.stats.requests["list"] == 1
+
+
+async def test_width_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="width"):
+        await walk_keys(MemoryStore(), "", width=0)
