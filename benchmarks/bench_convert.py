@@ -11,9 +11,11 @@ same other, median kept; every result is read back and checked before it counts)
   * shard into ``--shard``^3-chunk shards: asyncshard ``shard_store`` (in place: it
     also deletes the 4,096 old objects) and ``shard_store(..., to=...)`` (a sharded
     copy, like tensorstore's) vs tensorstore copying the array into a sharded array;
-  * unshard the sharded array: asyncshard ``unshard_store`` vs tensorstore's copy;
+  * unshard the sharded array (written by asyncshard, or by tensorstore with
+    ``--sharded-by tensorstore``: its shards hold their chunks in C order, asyncshard's
+    in Morton order): asyncshard ``unshard_store`` vs tensorstore's copy;
   * reshard ``--shard`` -> ``--reshard``: asyncshard ``reshard`` (by default one pass,
-    the separator flips; and ``separator="."``, keys kept: two passes) and
+    the separator flips; and the input's separator, keys kept: two passes) and
     ``reshard(..., to=...)`` (a resharded copy) vs tensorstore's copy;
 * **vectors** — a zarr-vectors points store (``--points`` points with a vertex
   attribute on a ``--grid``^3 cell grid; default 6 M points, 36,507 objects, 85 MB):
@@ -172,8 +174,9 @@ def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
             coro = lambda: unshard_store_async(src, **options)  # noqa: E731
         elif what == "reshard":  # one pass: the separator flips
             coro = lambda: reshard_async(src, args["shard"], **options)  # noqa: E731
-        else:  # reshard keeping the keys (the input's "."): two passes
-            coro = lambda: reshard_async(src, args["shard"], separator=".", **options)  # noqa: E731
+        else:  # reshard keeping the keys (the input's separator): two passes
+            kept = args["separator"]
+            coro = lambda: reshard_async(src, args["shard"], separator=kept, **options)  # noqa: E731
         from asyncshard import loops
 
         run = lambda: loops.run(coro())  # noqa: E731  # the loop of asyncshard's commands
@@ -417,6 +420,13 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=32, help="chunk edge (32)")
     parser.add_argument("--shard", type=int, default=8, help="chunks per shard per axis (8)")
     parser.add_argument("--reshard", type=int, default=4, help="reshard to this (4)")
+    parser.add_argument(
+        "--sharded-by",
+        choices=["asyncshard", "tensorstore"],
+        default="asyncshard",
+        help="who writes the sharded input of unshard and reshard: asyncshard (inner "
+        "chunks in Morton order, '.' keys) or tensorstore (C order, '/' keys)",
+    )
     parser.add_argument("--points", type=int, default=6_000_000)
     parser.add_argument("--grid", type=int, default=23, help="cells per axis (23)")
     parser.add_argument("--vectors-shard", type=int, default=8)
@@ -480,11 +490,16 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
 
     if "zarr" in names:
         flat, sharded = inputs / "flat", inputs / "sharded"
+        sizes = {"shard": args.shard, "chunk": args.chunk}
+        kept = "/" if args.sharded_by == "tensorstore" else "."  # the input's separator
         make_flat(flat, args.size, args.chunk)
-        shutil.copytree(flat, sharded)
-        from asyncshard.convert import shard_store
+        if args.sharded_by == "tensorstore":  # inner chunks in C order, "/" keys
+            child("tensorstore", {"src": str(flat), "dst": str(sharded), **sizes})
+        else:  # inner chunks in Morton order, "." keys
+            shutil.copytree(flat, sharded)
+            from asyncshard.convert import shard_store
 
-        shard_store(str(sharded), args.shard, manifest=False)
+            shard_store(str(sharded), args.shard, manifest=False)
         objects, nbytes = census(flat)
         array_sha = array_digest(str(flat), None)
         print(
@@ -509,7 +524,7 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
                 job: str, prepare: Any = prepare, shard: Any = shard, ranged: Any = ranged
             ) -> Callable[[Path], list[str]]:
                 return lambda scratch: child_argv(
-                    job, src=prepare(scratch), shard=shard, storage=ranged
+                    job, src=prepare(scratch), shard=shard, storage=ranged, separator=kept
                 )
 
             def copying(

@@ -18,6 +18,7 @@ import pytest
 
 from asyncshard.backends import LocalStore, MemoryStore, open_store, supported_schemes
 from asyncshard.backends.local import TMP_PREFIX
+from asyncshard.backends.local.writes import STAGE_MIN
 from asyncshard.errors import (
     ConflictError,
     InvalidKeyError,
@@ -581,6 +582,64 @@ async def test_cleanup_temp_files_sweeps_the_tree(tmp_path: Path) -> None:
     assert await store.cleanup_temp_files(max_age=0) == 1
     assert await store.get("keep/obj") == b"x"
     assert await LocalStore(tmp_path / "nowhere").cleanup_temp_files() == 0
+
+
+def staging_folder(folder: Path, age: float) -> Path:
+    """What a batch killed mid-way leaves: a staging folder holding a temp file, both
+    last changed ``age`` seconds ago."""
+    stage = folder / f"{TMP_PREFIX}stage-{age:.0f}"
+    stage.mkdir(parents=True)
+    stamp = time.time() - age
+    (stage / f"{TMP_PREFIX}1").write_bytes(b"a chunk")
+    os.utime(stage / f"{TMP_PREFIX}1", (stamp, stamp))
+    os.utime(stage, (stamp, stamp))
+    return stage
+
+
+async def test_a_batch_into_one_folder_stages_its_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STAGE_MIN objects or more for one folder: their temp files are created in a
+    staging folder there and renamed in; nothing of it stays, on success or failure."""
+    store = LocalStore(tmp_path)
+    items = [(f"a/c.{i}", bytes([i]) * 10) for i in range(STAGE_MIN)]
+    created: list[str] = []
+    real_open = os.open
+
+    def recording_open(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT:
+            created.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    await store.set_many([*items, ("b/few", b"x")])
+    monkeypatch.undo()
+    staged = {Path(p).parent for p in created if Path(p).parent.name.startswith(TMP_PREFIX)}
+    assert [p.parent for p in staged] == [tmp_path / "a"]
+    assert sum(Path(p).parent in staged for p in created) == STAGE_MIN  # not b/few's
+    assert await store.get_many([k for k, _ in items]) == [v for _, v in items]
+    assert sorted(os.listdir(tmp_path / "a")) == sorted(k[2:] for k, _ in items)
+    await store.set("f", b"a file")
+    with pytest.raises(InvalidKeyError):  # "f" is a file: "f/x" cannot be written
+        await store.set_many([(f"a/d.{i}", b"1") for i in range(STAGE_MIN)] + [("f/x", b"2")])
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TMP_PREFIX)]
+    assert await store.get("a/d.0") is None
+
+
+async def test_staging_folders_left_by_a_killed_batch_are_hidden_and_swept(
+    tmp_path: Path,
+) -> None:
+    stale, fresh = staging_folder(tmp_path / "d", 7200), staging_folder(tmp_path / "e", 60)
+    store = LocalStore(tmp_path, temp_max_age=None)  # no sweeps
+    await store.set("d/obj", b"x")
+    assert sorted([k async for k in store.list()]) == ["d/obj"]
+    assert await store.list_dir("") == ([], ["d/", "e/"])  # e/ holds nothing listable
+    assert await store.list_dir("d") == (["d/obj"], [])
+    await LocalStore(tmp_path).set("d/obj2", b"y")  # a write sweeps its folder
+    assert not stale.exists() and fresh.exists()
+    assert await store.cleanup_temp_files(max_age=0) == 1
+    assert not (tmp_path / "e").exists()  # emptied by the sweep: pruned
+    assert sorted([k async for k in store.list()]) == ["d/obj", "d/obj2"]
 
 
 # -- opening ------------------------------------------------------------------------------

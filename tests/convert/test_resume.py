@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from asyncshard.backends import LocalStore
+from asyncshard.backends.local import TMP_PREFIX
 from asyncshard.convert import (
     ConversionError,
     ConversionSummary,
@@ -241,6 +242,21 @@ def _write_flat(path: Path, shape: tuple[int, int, int], chunk: int) -> np.ndarr
     return data
 
 
+def _kill_9_when(command: list[str], ready: Callable[[], bool]) -> None:
+    """Run ``command`` and SIGKILL it as soon as ``ready()`` holds (polled)."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready():
+            assert proc.poll() is None, "the conversion ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.0002)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_kill_9_while_deleting_the_old_chunks_then_rerun(tmp_path: Path) -> None:
     """``asyncshard shard`` in place killed with SIGKILL after the switch, while it deletes
     the 16,384 old chunk files: readers read the sharded array right away, the journal
@@ -258,18 +274,11 @@ def test_kill_9_while_deleting_the_old_chunks_then_rerun(tmp_path: Path) -> None
         "8",
         "-q",
     ]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        first = old / "0" / "0" / "0"  # listed first: in the first batch of deletes
-        while first.exists() or "sharding_indexed" not in (arr / "zarr.json").read_text():
-            assert proc.poll() is None, "the conversion ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.0002)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    first = old / "0" / "0" / "0"  # listed first: in the first batch of deletes
+    _kill_9_when(
+        command,
+        lambda: not first.exists() and "sharding_indexed" in (arr / "zarr.json").read_text(),
+    )
     left = sum(len(files) for _, _, files in os.walk(old))
     assert 0 < left < 16384, f"{left} old chunks left: the kill missed the deletes"
     assert (arr / JOURNAL_NAME).exists()
@@ -283,3 +292,39 @@ def test_kill_9_while_deleting_the_old_chunks_then_rerun(tmp_path: Path) -> None
         f"c.{i}.{j}.{k}" for i in range(4) for j in range(4) for k in range(2)
     ]
     assert_readable(arr, data)
+
+
+async def test_kill_9_while_unsharding_into_one_folder_then_rerun(tmp_path: Path) -> None:
+    """``asyncshard unshard`` of shards with ``/`` keys writes 4,096 chunks as ``c.i.j.k``
+    into the array's folder, each shard's chunks staged in a folder of their own there;
+    killed with SIGKILL while staging: readers still read the sharded array, a rerun
+    completes, the staging folder left is hidden from listings, and a temp-file cleanup
+    removes it."""
+    import zarr
+
+    arr = tmp_path / "a"
+    data = np.random.default_rng(2).integers(1, 255, (64, 64, 64), dtype=np.uint8)
+    zarr.create_array(
+        str(arr), shape=data.shape, dtype="uint8", chunks=(4, 4, 4), shards=(32, 32, 32)
+    )[...] = data
+    command = [sys.executable, "-c", "from asyncshard.cli import main; main()"]
+    command += ["unshard", str(arr), "-q"]
+    _kill_9_when(
+        command,
+        lambda: any(n.startswith(TMP_PREFIX) and (arr / n).is_dir() for n in os.listdir(arr)),
+    )
+    stages = [p for p in arr.iterdir() if p.name.startswith(TMP_PREFIX) and p.is_dir()]
+    assert stages, "no staging folder left: the kill missed the staged writes"
+    assert (arr / JOURNAL_NAME).exists()
+    assert_readable(arr, data)
+
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not (arr / JOURNAL_NAME).exists()
+    store = LocalStore(arr)
+    expected = [f"c.{i}.{j}.{k}" for i in range(16) for j in range(16) for k in range(16)]
+    assert sorted([k async for k in store.list()]) == sorted([*expected, "zarr.json"])
+    assert_readable(arr, data)
+    await store.cleanup_temp_files(max_age=0)
+    assert not [p for p in arr.iterdir() if p.name.startswith(TMP_PREFIX)]
+    assert sorted(p.name for p in arr.iterdir()) == sorted([*expected, "zarr.json"])

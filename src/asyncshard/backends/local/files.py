@@ -202,7 +202,9 @@ def make_folders(folder: str, created: list[str]) -> None:
 
 
 def sweep(folder: str, max_age: float) -> int:
-    """Remove the temporary files directly in ``folder`` older than ``max_age`` seconds."""
+    """Remove the temporary files directly in ``folder`` older than ``max_age`` seconds,
+    and the staging folders of batch writes last changed that long ago (with their temp
+    files); the number of temp files removed."""
     cutoff = time.time() - max_age
     removed = 0
     with os.scandir(folder) as entries:
@@ -211,9 +213,15 @@ def sweep(folder: str, max_age: float) -> int:
                 continue
             with contextlib.suppress(FileNotFoundError):  # another sweeper was first
                 st = entry.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                if st.st_mtime >= cutoff:
+                    continue
+                if stat.S_ISREG(st.st_mode):
                     os.unlink(entry.path)
                     removed += 1
+                elif stat.S_ISDIR(st.st_mode):  # a staging folder left by a killed batch
+                    removed += sweep(entry.path, max_age)
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)
     return removed
 
 

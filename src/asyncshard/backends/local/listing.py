@@ -1,7 +1,8 @@
 """Listings of the local backend: only what the API accepts.
 
 Listable: folders (not links to them) and regular files (or links to regular files
-inside the root) whose names are valid key segments; temp files are hidden.
+inside the root) whose names are valid key segments; temp files and the staging folders
+of batch writes are hidden.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def _entries(root: Root, folder: str, key: str) -> Iterator[tuple[os.DirEntry[st
                 if not valid_name(name):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    yield entry, True
+                    if not name.startswith(TMP_PREFIX):  # a batch's staging folder
+                        yield entry, True
                 elif (
                     entry.is_file()
                     and not name.startswith(TMP_PREFIX)

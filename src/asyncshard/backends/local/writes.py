@@ -12,6 +12,7 @@ import os
 import stat
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 
 from cachetools import TTLCache
@@ -36,6 +37,12 @@ from asyncshard.store import BytesLike, check_condition
 _SWEPT_FOLDERS = 4096
 #: Attempts to create a temp file while concurrent deletes prune its folder.
 _CREATE_ATTEMPTS = 8
+#: A batch writing at least this many objects into one folder stages their temp files
+#: in a folder of their own inside it (a temp folder, hidden and swept like temp files).
+#: Creating files in one folder from several threads at once contends on that folder's
+#: lock in the kernel: 4,096 files from 8 threads took 2.2-2.7 s in one folder, 1.0-1.5 s
+#: created in staging folders and renamed in, with half the CPU.
+STAGE_MIN = 32
 
 
 class FileWriter:
@@ -81,6 +88,23 @@ class FileWriter:
                 raise root.write_error(exc, key, path) from exc
             raise
         return meta_of(key, st, token).version or ""
+
+    def _create_stage(self, folder: str, created: list[str]) -> str:
+        """Create a staging folder for temp files in ``folder`` (making ``folder`` if
+        needed); its path."""
+        for _ in range(_CREATE_ATTEMPTS):
+            stage = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            try:
+                os.mkdir(stage, 0o700)
+            except FileNotFoundError:
+                with contextlib.suppress(FileNotFoundError):
+                    make_folders(folder, created)
+            else:
+                return stage
+        raise StoreBackendError(
+            f"{self.root.label}: cannot create a folder in {folder}: "
+            "concurrent deletes keep removing it"
+        )
 
     def _create_temp(self, folder: str, created: list[str]) -> tuple[int, str]:
         """Create a temp file in ``folder`` (making the folder if needed): ``(fd, path)``."""
@@ -130,18 +154,26 @@ class FileWriter:
     def write_batch(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         """Stage every object in a temp file, make them all durable with one sync of the
         file system (``syncfs``; a ``fsync`` per file where it is missing), then rename
-        each over its object. On failure the temp files not yet renamed are removed."""
+        each over its object. On failure the temp files not yet renamed are removed.
+
+        The temp files of a folder receiving ``STAGE_MIN`` objects or more are created
+        in a staging folder inside it, removed once they are renamed out."""
         root = self.root
         group_sync = self.durable and files.SYNCFS is not None
         staged: list[tuple[str, str, str, list[str]]] = []  # key, tmp, path, folders made
         versions: list[str | None] = []
         key, path, renamed = "", "", 0
         folders: Folders = {}
+        per_folder = Counter(os.path.dirname(k) for k, _ in items)
+        stages: dict[str, str] = {}  # folder -> its staging folder
         try:
             for key, data in items:
                 path = root.batch_path(key, folders)
+                folder = os.path.dirname(path)
                 created: list[str] = []
-                fd, tmp = self._create_temp(os.path.dirname(path), created)
+                if per_folder[os.path.dirname(key)] >= STAGE_MIN and folder not in stages:
+                    stages[folder] = self._create_stage(folder, created)
+                fd, tmp = self._create_temp(stages.get(folder, folder), created)
                 staged.append((key, tmp, path, created))
                 root.check_opened(fd, key)  # a folder swapped for a link to outside
                 st, token = self._write_data(fd, data, sync=not group_sync)
@@ -158,13 +190,20 @@ class FileWriter:
                         head, name = os.path.split(path)
                         if head != folder:
                             break
-                        os.replace(os.path.basename(tmp), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                        if os.path.dirname(tmp) == folder:
+                            os.replace(os.path.basename(tmp), name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                        else:  # from its staging folder
+                            os.replace(tmp, name, dst_dir_fd=dfd)
                         renamed += 1
         except BaseException as exc:
             self._undo([(t, os.path.dirname(p), c) for _, t, p, c in staged[renamed:]])
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
                 raise root.write_error(exc, key, path) from exc
             raise
+        finally:
+            for stage in stages.values():  # empty now, unless a temp file would not go
+                with contextlib.suppress(OSError):
+                    os.rmdir(stage)
         return versions
 
     # -- copies -----------------------------------------------------------------------
@@ -251,12 +290,14 @@ class FileWriter:
         if not os.path.isdir(root):
             return 0
         try:
-            for folder, _, names in os.walk(root, onerror=_raise):
-                if any(name.startswith(TMP_PREFIX) for name in names):
-                    count = sweep(folder, max_age)
-                    removed += count
-                    if count and len(names) == count:
-                        emptied.append(folder)
+            for folder, subfolders, names in os.walk(root, onerror=_raise):
+                staging = [d for d in subfolders if d.startswith(TMP_PREFIX)]
+                subfolders[:] = [d for d in subfolders if d not in staging]  # swept here
+                if staging or any(name.startswith(TMP_PREFIX) for name in names):
+                    removed += sweep(folder, max_age)
+                    with contextlib.suppress(OSError):
+                        if not os.listdir(folder):
+                            emptied.append(folder)
         except OSError as exc:
             raise self.root.error(exc, "/", "temp file cleanup", root) from exc
         for folder in sorted(emptied, key=len, reverse=True):
