@@ -620,10 +620,26 @@ async def test_a_batch_into_one_folder_stages_its_temp_files(
     assert await store.get_many([k for k, _ in items]) == [v for _, v in items]
     assert sorted(os.listdir(tmp_path / "a")) == sorted(k[2:] for k, _ in items)
     await store.set("f", b"a file")
-    with pytest.raises(InvalidKeyError):  # "f" is a file: "f/x" cannot be written
-        await store.set_many([(f"a/d.{i}", b"1") for i in range(STAGE_MIN)] + [("f/x", b"2")])
-    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TMP_PREFIX)]
-    assert await store.get("a/d.0") is None
+    for folder, n in [("a", STAGE_MIN), ("new", STAGE_MIN), ("new", STAGE_MIN - 1)]:
+        with pytest.raises(InvalidKeyError):  # "f" is a file: "f/x" cannot be written
+            await store.set_many([(f"{folder}/d.{i}", b"1") for i in range(n)] + [("f/x", b"2")])
+        assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TMP_PREFIX)]
+        assert await store.get(f"{folder}/d.0") is None
+    assert not (tmp_path / "new").exists()  # the folder the failed batch made is gone
+
+
+async def test_keys_named_like_temp_files_are_refused(tmp_path: Path) -> None:
+    """Listings hide such names and sweeps remove them: they cannot be objects."""
+    store = LocalStore(tmp_path)
+    await store.set("ok", b"x")
+    for key in [f"{TMP_PREFIX}x", f"a/{TMP_PREFIX}x/y"]:
+        with pytest.raises(InvalidKeyError, match="temporary files"):
+            await store.set(key, b"x")
+        with pytest.raises(InvalidKeyError, match="temporary files"):
+            await store.set_many([("fine", b"x"), (key, b"x")])
+        with pytest.raises(InvalidKeyError, match="temporary files"):
+            await store.copy("ok", key)
+    assert sorted([k async for k in store.list()]) == ["ok"]
 
 
 async def test_staging_folders_left_by_a_killed_batch_are_hidden_and_swept(

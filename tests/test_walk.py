@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from asyncshard.backends import MemoryStore
-from asyncshard.walk import MAX_LEVELS, WIDTH, walk_keys
+from asyncshard.walk import MAX_LEVELS, MAX_PARTS, WIDTH, walk_keys
 
 CHUNKS = [f"a/c/{i}/{j}/{k}" for i in range(4) for j in range(4) for k in range(4)]
 
@@ -23,8 +23,10 @@ class SlowListings(MemoryStore):
     async def _pause(self) -> None:
         self.running += 1
         self.most = max(self.most, self.running)
-        await asyncio.sleep(0.002)
-        self.running -= 1
+        try:
+            await asyncio.sleep(0.002)
+        finally:
+            self.running -= 1
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
         await self._pause()
@@ -77,3 +79,47 @@ async def test_a_string_prefix_is_one_plain_listing() -> None:
 async def test_width_must_be_positive() -> None:
     with pytest.raises(ValueError, match="width"):
         await walk_keys(MemoryStore(), "", width=0)
+
+
+async def test_many_small_folders_cost_few_listings() -> None:
+    """2,000 folders of one key each (a 2-d grid of 2,000 x 1 chunks): listed by the
+    first two characters of their names, 100 listings, not one per folder."""
+    keys = [f"a/c/{i}/0" for i in range(2_000)]
+    store = await seeded(keys)
+    walked = await walk_keys(store, "a/")
+    assert sorted(walked) == sorted([*keys, "a/zarr.json"]) and len(walked) == len(set(walked))
+    assert store.stats.requests["list"] == 1 + 1 + 100 <= 2 + MAX_PARTS
+
+
+async def test_keys_beside_folders_of_the_same_name_are_listed_once() -> None:
+    keys = ["a/c/1", "a/c/10", "a/c/1/0", *[f"a/c/{i}/{j}" for i in range(300) for j in (0, 1)]]
+    store = await seeded(sorted(set(keys)))
+    walked = await walk_keys(store, "a/")
+    assert sorted(walked) == sorted({*keys, "a/zarr.json"}) and len(walked) == len(set(walked))
+
+
+class FailingListing(SlowListings):
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        if prefix == "a/c/1/":
+            raise OSError("the listing of a/c/1/ failed")
+        async for key in super()._list(prefix):
+            yield key
+
+
+async def test_a_failed_listing_stops_the_others_and_is_raised() -> None:
+    store = FailingListing()
+    await store.set_many([(k, b"x") for k in CHUNKS])
+    with pytest.raises(OSError, match="a/c/1/ failed"):
+        await walk_keys(store, "a/", width=2)
+    assert store.running == 0  # a/c/0/ was cancelled: nothing left running
+    assert store.stats.requests["list"] < 2 + 4  # a/c/3/ was never listed
+
+
+async def test_a_cancelled_walk_leaves_nothing_running() -> None:
+    store = await seeded(CHUNKS)
+    walk = asyncio.ensure_future(walk_keys(store, "a/", width=2))
+    await asyncio.sleep(0.005)
+    walk.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await walk
+    assert store.running == 0

@@ -1,12 +1,21 @@
-"""Listing a large folder by its subfolders, several listings at a time.
+"""Listing a large folder in parts, several listings at a time.
 
 An object store lists a prefix one page after another (1,000 keys a page on S3), each
 page asked for once the last one arrived: a million chunk keys are a thousand round
 trips in a row. Chunk keys usually nest in folders (``c/0/1/2``), so :func:`walk_keys`
-first walks the top folders with ``list_dir``, breadth first, until it holds ``width``
-folders (or finds none below, or has gone ``MAX_LEVELS`` down), then lists the keys
-below each of them with ``list_prefix``, ``width`` listings at a time. Keys stored flat
-in one folder (``c.0.1.2``, precomputed chunk names) take a single ``list_dir``.
+first walks the top folders with ``list_dir``, breadth first, while it has fewer than
+``width`` of them (at most ``MAX_LEVELS`` down), then lists what lies below the folders
+found with ``list_prefix``, ``width`` listings at a time.
+
+Those listings are string prefixes that split the folders found into at most
+``MAX_PARTS`` parts: each folder's own prefix where there are few folders, else the
+first characters of their names (``c/1`` covers ``c/1/`` and ``c/10/`` to ``c/19/``), as
+many as keep the parts within ``MAX_PARTS``. So many small folders cost a few listings,
+not one each, and the requests stay within the pages of one listing plus
+``MAX_PARTS`` and the ``list_dir`` of the levels walked. Keys stored flat in one folder
+(``c.0.1.2``, precomputed chunk names) take a single ``list_dir``. A store without a
+listing of its own by folder (``list_dir`` computed from a whole listing) is listed
+with one ``list_prefix``.
 
 It lists what ``list_prefix`` lists, through the same two Store verbs, so it holds on
 every store that keeps the Store contract (the conformance suite checks it).
@@ -18,16 +27,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from asyncshard.fanout import gather_settled
 from asyncshard.keys import validate_prefix
 from asyncshard.store import Store
 
-__all__ = ["MAX_LEVELS", "WIDTH", "walk_keys"]
+__all__ = ["MAX_LEVELS", "MAX_PARTS", "WIDTH", "walk_keys"]
 
-#: Listings at a time, and the number of folders the walk looks for before it lists.
+#: Listings at a time, and the folders the walk looks for before it lists.
 WIDTH = 16
 #: Folder levels walked with ``list_dir`` at most (a 3-d array's ``c/i/j/``).
 MAX_LEVELS = 3
+#: Listings the folders found are split into, at most.
+MAX_PARTS = 256
 
 T = TypeVar("T")
 
@@ -36,12 +46,13 @@ async def walk_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
     """Every key that ``store.list_prefix(prefix)`` lists, in no particular order.
 
     ``prefix`` is a folder (``""`` or ending in ``/``) to walk; any other string prefix
-    is listed with one ``list_prefix``.
+    is listed with one ``list_prefix``, as is every prefix of a store whose
+    ``list_dir`` is not its own.
     """
     if width < 1:
         raise ValueError("width must be >= 1")
     prefix = validate_prefix(prefix)
-    if prefix and not prefix.endswith("/"):
+    if (prefix and not prefix.endswith("/")) or type(store)._list_dir is Store._list_dir:
         return [k async for k in store.list_prefix(prefix)]
     keys: list[str] = []
     folders = [prefix]
@@ -54,20 +65,68 @@ async def walk_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
         if len(folders) >= width:
             break
 
-    async def listed(folder: str) -> list[str]:
-        return [k async for k in store.list_prefix(folder)]
+    async def listed(part: tuple[str, str]) -> list[str]:
+        known, start = part  # the keys directly in ``known`` came with its list_dir
+        return [k async for k in store.list_prefix(start) if "/" in k[len(known) :]]
 
-    for part in await _each(folders, listed, width):
-        keys.extend(part)
+    for found in await _each(_parts(folders), listed, width):
+        keys.extend(found)
     return keys
 
 
-async def _each(items: Sequence[str], call: Callable[[str], Awaitable[T]], width: int) -> list[T]:
-    """``call`` on every item, at most ``width`` at once; the results in order."""
+def _parent(folder: str) -> str:
+    """The folder holding ``folder`` (both ``""`` or ending in ``/``)."""
+    return folder[: folder[:-1].rfind("/") + 1]
+
+
+def _parts(folders: Sequence[str]) -> list[tuple[str, str]]:
+    """Listings that cover everything below ``folders`` (of one depth, each ending in
+    ``/``) exactly once: ``(folder whose own keys are known, string prefix)``.
+
+    Each folder itself while there are at most ``MAX_PARTS``; else the first ``n``
+    characters of the names in each parent folder, for the largest ``n`` that keeps
+    within ``MAX_PARTS`` (a name shorter than ``n`` is a part of its own, ending in
+    ``/``, which no other part starts with; two parts of ``n`` characters cannot start
+    one another); else the parent folders whole.
+    """
+    if len(folders) <= MAX_PARTS:
+        return [(_parent(f), f) for f in folders]
+    named = [(parent, f[len(parent) :]) for f in folders for parent in (_parent(f),)]
+    parts: set[tuple[str, str]] | None = None
+    for n in range(1, max(len(name) for _, name in named) + 1):
+        wider = {(parent, parent + name[:n]) for parent, name in named}
+        if len(wider) > MAX_PARTS:
+            break
+        parts = wider
+    if parts is None:  # even the first characters are too many
+        return sorted({(parent, parent) for parent, _ in named})
+    return sorted(parts)
+
+
+R = TypeVar("R")
+
+
+async def _each(items: Sequence[T], call: Callable[[T], Awaitable[R]], width: int) -> list[R]:
+    """``call`` on every item, at most ``width`` at once; the results in order. The
+    first failure cancels the calls still running (they only read) and is raised once
+    they have ended; a cancellation of the caller cancels them too."""
     limit = asyncio.Semaphore(width)
 
-    async def one(item: str) -> T:
+    async def one(item: T) -> R:
         async with limit:
             return await call(item)
 
-    return await gather_settled(one(item) for item in items)
+    tasks = [asyncio.ensure_future(one(item)) for item in items]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        if not all(task.done() for task in tasks):  # a failure, or the caller cancelled
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error
+    return [task.result() for task in tasks]

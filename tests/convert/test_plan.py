@@ -195,6 +195,14 @@ def test_plan_pass_one_writer_per_object_and_every_chunk_once(
                     ):
                         readers[c] = readers.get(c, 0) + 1
         assert readers == dict.fromkeys(stored, 1)
+        # resumed: the targets written by an interrupted run are read, never written
+        done = {o for i, o in enumerate(sorted(_writers(tasks, dst, src))) if i % 3 == 0}
+        again, _ = plan_pass(src, dst, objects, done)
+        writers = _writers([t for t in again if t.kind != "index"], dst, src)
+        assert all(n == 1 for n in writers.values()) and not set(writers) & done
+        kept = {t.target for t in again if t.kind == "index"}
+        kept |= {o for t in again if t.kind == "unpack" for o in t.existing}
+        assert kept == done
 
 
 @settings(max_examples=60, deadline=None)

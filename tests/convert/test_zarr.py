@@ -100,6 +100,27 @@ async def test_reshard_into_smaller_shards_reads_each_source_shard_once(
     assert_readable(tmp_path / "b", data)
 
 
+async def test_reshard_of_sources_too_large_to_hold_reads_by_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source shard over SPLIT_WHOLE_BYTES is not read whole: its targets are read
+    by range, one at a time, through the cached index."""
+    from asyncshard.convert import tasks
+
+    monkeypatch.setattr(tasks, "SPLIT_WHOLE_BYTES", 0)
+    data = make_array(tmp_path / "a", (40, 36), (4, 4))
+    await shard_store_async(LocalStore(tmp_path / "a"), 4)
+    source = CrashingStore(LocalStore(tmp_path / "a"))
+    summary = await reshard_async(source, 2, to=str(tmp_path / "b"))
+    ranged = {k for k, r in source.reads if k.startswith("c.") and r is not None}
+    whole = [k for k, r in source.reads if k.startswith("c.") and r is None]
+    assert whole == ["c.2.2"]  # the corner shard feeds one target: a repack reads it all
+    assert ranged == {f"c.{i}.{j}" for i in range(3) for j in range(3)} - {"c.2.2"}
+    report = summary.arrays[0]
+    assert (report.objects_written, report.chunks) == (5 * 5 - 1, 86)
+    assert_readable(tmp_path / "b", data)
+
+
 @pytest.mark.filterwarnings("ignore:The data type")
 def test_spec_002_vlen_bytes_cells(tmp_path: Path) -> None:
     """zarr-vectors' arrays: vlen-bytes, one cell per inner chunk, b"" for absent cells."""

@@ -39,6 +39,9 @@ __all__ = ["ChunkMover", "PrecomputedExecutor", "ZarrExecutor", "read_present_ch
 
 #: Bytes of source shard indexes a repacking executor keeps cached.
 INDEX_CACHE_BYTES = 64 * 1024 * 1024
+#: A split task reads its source shard whole up to this size; a larger one is read by
+#: range, one target at a time (memory: one target per task instead of the source).
+SPLIT_WHOLE_BYTES = 64 * 1024 * 1024
 
 Obj = TypeVar("Obj", bound=Hashable)
 
@@ -261,23 +264,39 @@ class ZarrExecutor(ChunkMover[Coords]):
     async def _split(self, task: Task[Coords]) -> TaskResult:
         """The target shards a source shard alone feeds: the source read once, whole, and
         cut into its targets, each built and written before the next (the source and one
-        target in memory); the targets in ``task.existing`` are skipped."""
+        target in memory); a source over ``SPLIT_WHOLE_BYTES`` is read by range, target
+        by target. The targets in ``task.existing`` are skipped."""
         (shard,) = task.sources
         key = self.source_key(shard)
-        buf = await self.source.get(key)
-        if buf is None:
-            return TaskResult(0, 0, 0, 0)
-        chunks, views = self.present(shard, key, buf)
         existing = set(task.existing)
+        meta = await self.source.head(key)
+        if meta is None:
+            return TaskResult(0, 0, 0, 0)
         done: list[TaskResult] = []
-        for target, rows in self.dst.grid.group_by_object(chunks):
-            if target not in existing:
-                coords = [tuple(c) for c in chunks[rows].tolist()]
-                done.append(await self.write_shard(target, coords, [views[i] for i in rows], 0))
+        if meta.size > SPLIT_WHOLE_BYTES:  # by range, through the cached index
+            lo, hi = self.src.grid.chunk_range(shard)
+            first = self.dst.grid.object_of(lo)[0]
+            last = self.dst.grid.object_of(tuple(h - 1 for h in hi))[0]
+            boxes = itertools.product(*(range(a, b + 1) for a, b in zip(first, last, strict=True)))
+            for target in boxes:
+                if target not in existing:
+                    done.append(await self._repack(Task("repack", target, (shard,))))
+            nread = sum(r.bytes_read for r in done)
+        else:
+            buf = await self.source.get(key)
+            if buf is None:
+                return TaskResult(0, 0, 0, 0)
+            chunks, views = self.present(shard, key, buf)
+            for target, rows in self.dst.grid.group_by_object(chunks):
+                if target not in existing:
+                    coords = [tuple(c) for c in chunks[rows].tolist()]
+                    views_here: list[Data | None] = [views[i] for i in rows]
+                    done.append(await self.write_shard(target, coords, views_here, 0))
+            nread = len(buf)
         return TaskResult(
             sum(r.nchunks for r in done),
             sum(r.objects_written for r in done),
-            len(buf),
+            nread,
             sum(r.bytes_written for r in done),
             tuple(itertools.chain.from_iterable(r.chunks for r in done)),
             resumed=bool(existing),

@@ -201,6 +201,17 @@ def make_folders(folder: str, created: list[str]) -> None:
         created.append(path)
 
 
+def not_temp(key: str) -> str:
+    """Refuse a key with a name that a temp file or a staging folder would have: such
+    names are hidden from listings and swept as stale."""
+    if TMP_PREFIX in key and any(part.startswith(TMP_PREFIX) for part in key.split("/")):
+        raise InvalidKeyError(
+            f"invalid key {key!r}: names starting with {TMP_PREFIX!r} are the store's "
+            "temporary files"
+        )
+    return key
+
+
 def sweep(folder: str, max_age: float) -> int:
     """Remove the temporary files directly in ``folder`` older than ``max_age`` seconds,
     and the staging folders of batch writes last changed that long ago (with their temp

@@ -26,6 +26,7 @@ from asyncshard.backends.local.files import (
     meta_at,
     meta_of,
     newer_than,
+    not_temp,
     opened_for_write,
     sweep,
 )
@@ -60,6 +61,7 @@ class FileWriter:
     def write(self, key: str, data: BytesLike, if_match: str | None, if_absent: bool) -> str:
         """Write one object under its condition; its new version."""
         root = self.root
+        not_temp(key)
         path = root.resolve(key)
         folder = os.path.dirname(path)
         created: list[str] = []
@@ -89,9 +91,9 @@ class FileWriter:
             raise
         return meta_of(key, st, token).version or ""
 
-    def _create_stage(self, folder: str, created: list[str]) -> str:
+    def _create_stage(self, folder: str, created: list[str], key: str) -> tuple[str, int]:
         """Create a staging folder for temp files in ``folder`` (making ``folder`` if
-        needed); its path."""
+        needed): its path and a descriptor of it, checked to lie inside the root."""
         for _ in range(_CREATE_ATTEMPTS):
             stage = os.path.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")
             try:
@@ -99,8 +101,15 @@ class FileWriter:
             except FileNotFoundError:
                 with contextlib.suppress(FileNotFoundError):
                     make_folders(folder, created)
-            else:
-                return stage
+                continue
+            try:
+                fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.rmdir(stage)
+                raise
+            self.root.check_opened(fd, key)
+            return stage, fd
         raise StoreBackendError(
             f"{self.root.label}: cannot create a folder in {folder}: "
             "concurrent deletes keep removing it"
@@ -140,12 +149,19 @@ class FileWriter:
         finally:
             os.close(fd)
 
-    def _undo(self, staged: Sequence[tuple[str | None, str, list[str]]]) -> None:
-        """Remove the temp files not renamed and the folders their writes created."""
-        for tmp, folder, created in staged:
+    def _undo(
+        self, staged: Sequence[tuple[str | None, str, list[str]]], stages: Sequence[str] = ()
+    ) -> None:
+        """Remove the temp files not renamed, then the staging folders, then the folders
+        the writes created (deepest first, each if empty)."""
+        for tmp, _, _ in staged:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+        for stage in stages:
+            with contextlib.suppress(OSError):
+                os.rmdir(stage)
+        for _, folder, created in sorted(staged, key=lambda s: len(s[1]), reverse=True):
             if created:  # remove the folders this write made (if still empty)
                 self.root.prune(folder, top=min(created, key=len))
 
@@ -164,16 +180,19 @@ class FileWriter:
         versions: list[str | None] = []
         key, path, renamed = "", "", 0
         folders: Folders = {}
+        for key, _ in items:
+            not_temp(key)
         per_folder = Counter(os.path.dirname(k) for k, _ in items)
-        stages: dict[str, str] = {}  # folder -> its staging folder
+        stages: dict[str, tuple[str, int]] = {}  # folder -> its staging folder, open
         try:
             for key, data in items:
                 path = root.batch_path(key, folders)
                 folder = os.path.dirname(path)
                 created: list[str] = []
                 if per_folder[os.path.dirname(key)] >= STAGE_MIN and folder not in stages:
-                    stages[folder] = self._create_stage(folder, created)
-                fd, tmp = self._create_temp(stages.get(folder, folder), created)
+                    stages[folder] = self._create_stage(folder, created, key)
+                where = stages[folder][0] if folder in stages else folder
+                fd, tmp = self._create_temp(where, created)
                 staged.append((key, tmp, path, created))
                 root.check_opened(fd, key)  # a folder swapped for a link to outside
                 st, token = self._write_data(fd, data, sync=not group_sync)
@@ -190,20 +209,24 @@ class FileWriter:
                         head, name = os.path.split(path)
                         if head != folder:
                             break
-                        if os.path.dirname(tmp) == folder:
-                            os.replace(os.path.basename(tmp), name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                        else:  # from its staging folder
-                            os.replace(tmp, name, dst_dir_fd=dfd)
+                        sfd = stages[folder][1] if folder in stages else dfd
+                        os.replace(os.path.basename(tmp), name, src_dir_fd=sfd, dst_dir_fd=dfd)
                         renamed += 1
         except BaseException as exc:
-            self._undo([(t, os.path.dirname(p), c) for _, t, p, c in staged[renamed:]])
+            self._undo(
+                [(t, os.path.dirname(p), c) for _, t, p, c in staged[renamed:]],
+                [stage for stage, _ in stages.values()],
+            )
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
                 raise root.write_error(exc, key, path) from exc
             raise
-        finally:
-            for stage in stages.values():  # empty now, unless a temp file would not go
+        else:
+            for stage, _ in stages.values():  # empty now: every temp file renamed out
                 with contextlib.suppress(OSError):
                     os.rmdir(stage)
+        finally:
+            for _, fd in stages.values():
+                os.close(fd)
         return versions
 
     # -- copies -----------------------------------------------------------------------
@@ -217,6 +240,7 @@ class FileWriter:
         Both ends go through checked descriptors: the source file opened (and linked
         through ``/proc/self/fd``) and the target folder, as for reads and writes."""
         root = self.root
+        not_temp(target)
         src = root.batch_path(source, folders)
         sfd = root.open_checked(src, source, "copy")
         if sfd is None:
