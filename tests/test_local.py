@@ -110,7 +110,8 @@ async def test_deletes_prune_empty_folders(tmp_path: Path) -> None:
 async def test_prune_removes_only_folders_that_hold_nothing(tmp_path: Path) -> None:
     """``prune`` removes what a killed delete leaves (folders emptied but not removed),
     deepest first, and nothing else: objects, temp files, the folders holding them, the
-    root, a link and the outside folder it leads to all stay."""
+    root, a link and the outside folder it leads to all stay, and so does an empty
+    staging folder (a batch between creating it and its first temp file)."""
     store = LocalStore(tmp_path / "root")
     await store.set("arr/zarr.json", b"{}")
     await store.set("arr/c/0/0", b"chunk")
@@ -119,13 +120,14 @@ async def test_prune_removes_only_folders_that_hold_nothing(tmp_path: Path) -> N
         (root / empty).mkdir(parents=True)
     (root / "arr/c/6").mkdir()
     (root / "arr/c/6" / f"{TMP_PREFIX}partial").write_bytes(b"in flight")
+    (root / "arr/c/7" / f"{TMP_PREFIX}stage").mkdir(parents=True)  # a batch's, not yet used
     outside = tmp_path / "outside"
     (outside / "empty").mkdir(parents=True)
     (root / "arr/c/link").symlink_to(outside)
     await store.prune("arr")
     assert sorted(
         str(p.relative_to(root)) for p in (root / "arr").rglob("*") if not p.is_file()
-    ) == ["arr/c", "arr/c/0", "arr/c/6", "arr/c/link"]
+    ) == ["arr/c", "arr/c/0", "arr/c/6", "arr/c/7", f"arr/c/7/{TMP_PREFIX}stage", "arr/c/link"]
     assert (root / "other/x").is_dir(), "outside the prefix"
     assert (outside / "empty").is_dir() and (root / "arr/c/0/0").read_bytes() == b"chunk"
     (root / "arr/c/link").unlink()

@@ -12,7 +12,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from asyncshard.backends.local.files import is_missing, locked
+from asyncshard.backends.local.files import TMP_PREFIX, is_missing, locked
 from asyncshard.backends.local.root import FolderFds, Root
 from asyncshard.errors import AsyncShardError, ConflictError
 from asyncshard.store import check_condition
@@ -50,7 +50,9 @@ def prune_below(root: Root, prefix: str) -> None:
     except AsyncShardError:
         return  # a prefix that leads outside the root or through a file: nothing ours
     for folder, _, _ in os.walk(top, topdown=False):
-        if folder != top:
+        # a batch's staging folder is empty for a moment before its first temp file:
+        # left to the sweeps, which remove it once stale
+        if folder != top and not os.path.basename(folder).startswith(TMP_PREFIX):
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
     root.prune(top)
