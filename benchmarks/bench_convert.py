@@ -29,6 +29,9 @@ serves a folder with ``rclone serve s3`` (tests/servers/s3.py; jobs that read by
 ranges go through the proxy that fixes rclone's ranged answers, for every tool alike)
 and runs every tool on its S3 URLs (zarr-vectors through an obstore ``S3Store``);
 ``cp -r`` stays a local copy of the same files, the floor of the disk below rclone.
+``--s3-server seaweedfs`` runs the zarr jobs on SeaweedFS (``weed mini``, the suite's
+S3 server) instead: it answers byte ranges as S3 does (rclone answers every range
+with the whole object), and inputs are uploaded to it before each run (untimed).
 
 Each measurement runs in a fresh subprocess (imports excluded from wall and CPU; peak
 RSS is the child's ``ru_maxrss``). Dirty pages are flushed before each run; the page
@@ -37,6 +40,7 @@ machine; the load average is printed with the table. From the repository root::
 
     python benchmarks/bench_convert.py                       # local, defaults of the issue
     python benchmarks/bench_convert.py --backend s3 --jobs zarr
+    python benchmarks/bench_convert.py --backend s3 --s3-server seaweedfs --jobs zarr
     python benchmarks/bench_convert.py --size 256 --points 1000000 --grid 12 --rounds 1
 """
 
@@ -53,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,6 +304,7 @@ class Bench:
         self.work = work
         self.s3: Any = None
         self.proxy: Any = None
+        self.uploads = args.s3_server == "seaweedfs" and args.backend == "s3"
         self.env = dict(os.environ)
 
     # -- where copies live -----------------------------------------------------------
@@ -311,9 +316,14 @@ class Bench:
             return
         from tests.servers.proxy import FaultProxy
         from tests.servers.s3 import start_rclone
+        from tests.servers.seaweedfs import start_seaweedfs
 
-        self.s3 = start_rclone()
-        self.proxy = FaultProxy(self.s3.endpoint, fix_ranged_200=True).start()
+        if self.uploads:
+            self.s3 = start_seaweedfs()
+            self.proxy = None  # it answers ranges as S3 does
+        else:
+            self.s3 = start_rclone()
+            self.proxy = FaultProxy(self.s3.endpoint, fix_ranged_200=True).start()
         credentials = {
             "AWS_ACCESS_KEY_ID": self.s3.access_key,
             "AWS_SECRET_ACCESS_KEY": self.s3.secret_key,
@@ -324,7 +334,8 @@ class Bench:
         try:
             yield
         finally:
-            self.proxy.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             self.s3.stop()
 
     def scratch(self, name: str) -> tuple[Path, str]:
@@ -332,12 +343,34 @@ class Bench:
         if self.s3 is None:
             path = self.work / "runs" / name
             return path, str(path)
+        if self.uploads:  # a local folder of the same name marks the place
+            return self.work / "runs" / name, f"s3://{self.s3.bucket}/runs/{name}"
         path = Path(self.s3.root) / self.s3.bucket / "runs" / name
         return path, f"s3://{self.s3.bucket}/runs/{name}"
+
+    def place(self, source: Path, scratch: Path) -> str:
+        """Copy an input to a run's scratch place (untimed); the URL of the copy."""
+        url = self.scratch(scratch.name)[1]
+        if not self.uploads:
+            shutil.copytree(source, scratch)
+            return url
+        files = [p for p in source.rglob("*") if p.is_file()]
+        items = [(p.relative_to(source).as_posix(), p.read_bytes()) for p in files]
+        on_s3(url, self.storage(False), lambda store: store.set_many(items))
+        return url
+
+    def clear(self, scratch: Path) -> None:
+        """Remove every run's copies (local folders, and uploads)."""
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+        if self.uploads:
+            url = f"s3://{self.s3.bucket}/runs"
+            on_s3(url, self.storage(False), lambda store: store.erase_prefix(""))
 
     def storage(self, ranged: bool) -> dict[str, Any] | None:
         if self.s3 is None:
             return None
+        if self.proxy is None:  # SeaweedFS: ranges and conditional writes as on S3
+            return self.s3.options()
         endpoint = self.proxy.url if ranged else self.s3.endpoint
         return {**self.s3.options(endpoint=endpoint), "conditional_writes": False}
 
@@ -345,7 +378,7 @@ class Bench:
 
     def measure(self, job: Job, tool: str, n: int) -> None:
         scratch, url = self.scratch(f"{job.name}-{tool}-{n}".replace(" ", "_").replace(",", ""))
-        shutil.rmtree(scratch.parent, ignore_errors=True)
+        self.clear(scratch)
         scratch.parent.mkdir(parents=True)
         argv = job.tools[tool](scratch)
         os.sync()
@@ -359,7 +392,7 @@ class Bench:
                 if tool.startswith("asyncshard"):
                     raise
                 job.results[tool].failure = f"{type(exc).__name__}: {str(exc)[:120]}"
-        shutil.rmtree(scratch.parent, ignore_errors=True)
+        self.clear(scratch)
 
     def run(self, jobs: list[Job]) -> None:
         for n in range(max(j.rounds for j in jobs)):
@@ -374,6 +407,17 @@ class Bench:
                         f"{job.results[tool].runs[-1]['s']:.2f} s",
                         file=sys.stderr,
                     )
+
+
+def on_s3(url: str, storage: dict[str, Any], job: Callable[[Any], Awaitable[Any]]) -> None:
+    """Run ``job`` on an asyncshard store of ``url`` (uploads and cleanups, untimed)."""
+    from asyncshard import loops, open_store
+
+    async def run() -> None:
+        async with open_store(url, **storage) as store:
+            await job(store)
+
+    loops.run(run())
 
 
 def child_argv(job: str, **args: Any) -> list[str]:
@@ -414,6 +458,12 @@ def report(jobs: list[Job], header: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["local", "s3"], default="local")
+    parser.add_argument(
+        "--s3-server",
+        choices=["rclone", "seaweedfs"],
+        default="rclone",
+        help="the S3 server of --backend s3 (seaweedfs: zarr jobs only)",
+    )
     parser.add_argument("--jobs", default="zarr,vectors", help="zarr, vectors (comma list)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=512, help="array edge (512)")
@@ -439,6 +489,8 @@ def main() -> None:
         print(json.dumps(child(args.child[0], json.loads(args.child[1]))))
         return
     use_loop(args.loop)  # the children inherit it
+    if args.backend == "s3" and args.s3_server == "seaweedfs" and "vectors" in args.jobs:
+        parser.error("--s3-server seaweedfs runs the zarr jobs only (--jobs zarr)")
 
     work = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
     bench = Bench(args, work)
@@ -483,8 +535,7 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
         """Copy the input to a run's scratch place (untimed); the URL of the copy."""
 
         def do(scratch: Path) -> str:
-            shutil.copytree(src, scratch)
-            return bench.scratch(scratch.name)[1]
+            return bench.place(src, scratch)
 
         return do
 

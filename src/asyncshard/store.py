@@ -88,9 +88,12 @@ class Store(ABC):
     ====================================  =============================================
     public verb                           primitive a backend implements
     ====================================  =============================================
-    ``get``, ``get_object``               ``_get`` (through ``_fetch``: bounded, counted)
-    ``get_partial_values``                ``_get``, one per coalesced range
-    ``get_many``                          ``_get_many`` (default: ``_get`` each)
+    ``get``                               ``_get_data`` (default: ``_get``), through
+                                          ``_fetch_data``: bounded, counted
+    ``get_object``                        ``_get`` (through ``_fetch``: bounded, counted)
+    ``get_partial_values``                ``_get`` per coalesced range (``_get_data``
+                                          where no version is asked)
+    ``get_many``                          ``_get_many`` (default: ``_get_data`` each)
     ``head``, ``exists``                  ``_head``
     ``get_now``, ``head_now``             ``_get_now``, ``_head_now`` (default: decline)
     ``set``                               ``_set``
@@ -178,6 +181,12 @@ class Store(ABC):
     ) -> GetResult | None:
         """Read one object or range; ``None`` if missing; ``ConflictError`` on a mismatch."""
 
+    async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
+        """``_get`` without a condition, for callers that want the bytes only (no
+        metadata): backends that read bytes alone more cheaply override it."""
+        result = await self._get(key, byte_range, None)
+        return None if result is None else result.data
+
     def _get_now(self, key: str, byte_range: ByteRange | None, if_match: str | None) -> NowResult:
         """``_get``'s answer when it needs no waiting at all (the bytes are in memory, or
         in the page cache of an open file), else :data:`WOULD_WAIT`. Never blocks,
@@ -226,10 +235,10 @@ class Store(ABC):
         """Copy objects (distinct targets); the default copies each concurrently."""
         return await gather_settled(self._copy(a, b) for a, b in pairs)
 
-    async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
+    async def _get_many(self, keys: Sequence[str]) -> list[Data | None]:
         """Read distinct whole objects. The default reads each under the concurrency
         bound; backends that read a batch more cheaply (one worker thread) override it."""
-        return await gather_settled(self._bounded(self._get(k, None, None)) for k in keys)
+        return await gather_settled(self._bounded(self._get_data(k, None)) for k in keys)
 
     async def _set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         """Write distinct objects unconditionally, each atomically; return their versions.
@@ -290,6 +299,14 @@ class Store(ABC):
             self.stats.bytes_fetched += len(result.data)
         return result
 
+    async def _fetch_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
+        """:meth:`_fetch` of the bytes alone (``_get_data``)."""
+        self.stats.requests["get"] += 1
+        data = await self._bounded(self._get_data(key, byte_range))
+        if data is not None:
+            self.stats.bytes_fetched += len(data)
+        return data
+
     def _returned(self, data: Data | None) -> Data | None:
         if data is not None:
             self.stats.bytes_returned += len(data)
@@ -299,8 +316,10 @@ class Store(ABC):
 
     async def get(self, key: str, byte_range: ByteRange | None = None) -> Data | None:
         """The object's bytes (or a range of them); ``None`` if it does not exist."""
-        result = await self.get_object(key, byte_range)
-        return None if result is None else result.data
+        key = validate_key(key)
+        if self.counts_calls:
+            self.stats.requests["get"] += 1
+        return self._returned(await self._fetch_data(key, byte_range))
 
     async def get_object(
         self, key: str, byte_range: ByteRange | None = None, *, if_match: str | None = None
@@ -435,10 +454,14 @@ class Store(ABC):
         out: list[Data | None],
     ) -> None:
         """Fetch ``rng`` of ``key`` once and cut each part ``(index, range, base)`` from it."""
-        result = await self._fetch(key, rng, version)
-        if result is None:
+        if version is None:
+            data = await self._fetch_data(key, rng)
+        else:
+            result = await self._fetch(key, rng, version)
+            data = None if result is None else result.data
+        if data is None:
             return
-        view = memoryview(result.data)
+        view = memoryview(data)
         returned = 0
         for i, part, base in parts:
             if part is None:
@@ -460,10 +483,10 @@ class Store(ABC):
         unique = list(dict.fromkeys(keys))
         self.stats.requests["get"] += len(unique)
         found: dict[str, Data] = {}
-        for key, result in zip(unique, await self._get_many(unique), strict=True):
-            if result is not None:
-                self.stats.bytes_fetched += len(result.data)
-                found[key] = result.data
+        for key, data in zip(unique, await self._get_many(unique), strict=True):
+            if data is not None:
+                self.stats.bytes_fetched += len(data)
+                found[key] = data
         return [self._returned(found.get(k)) for k in keys]
 
     # -- writes -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import TypeVar
 
 from asyncshard.ranges import ByteRange
-from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
+from asyncshard.store import BytesLike, Data, GetResult, ObjectMeta, Store
 
 __all__ = ["WrapperStore", "with_key"]
 
@@ -98,6 +98,10 @@ class WrapperStore(Store):
         """A read through the wrapped store, which counts what it cost (the logical
         operation is counted by the verb that asked)."""
         return await self._get(key, byte_range, if_match)
+
+    async def _fetch_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
+        """:meth:`_fetch` of the bytes alone."""
+        return await self._get_data(key, byte_range)
 
     # -- pass-through primitives --------------------------------------------------------
 

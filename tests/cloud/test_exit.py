@@ -112,6 +112,7 @@ async def test_close_waits_for_requests_whose_caller_gave_up(s3_server: S3Server
             await reader
         assert proxy.log == []  # still held back by the proxy's latency
         await store.close()
-        assert [(s.method, s.status) for s in proxy.log] == [("GET", 200)]
+        # a whole read is one ranged GET, open to the end (answered 206)
+        assert [(s.method, s.status) for s in proxy.log] == [("GET", 206)]
     finally:
         proxy.stop()

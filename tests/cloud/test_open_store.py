@@ -285,6 +285,22 @@ async def test_rclone_direct_ranged_200_falls_back_to_whole_reads(
     assert store.stats.bytes_returned == 20 + 240 + len(blob)
 
 
+async def test_rclone_direct_whole_reads_stop_asking_for_ranges(rclone_server: S3Server) -> None:
+    """A whole read is a range open to the end (one obstore call); rclone answers it
+    with 200, so the first costs that request and a plain GET, and the store then reads
+    without ranges: one request each, as before."""
+    store = s3_store_on(rclone_server, unique_prefix(), conditional_writes=False)
+    await store.set_many([("empty", b""), ("a", b"abc"), ("b", b"bcd")])
+    store.stats.reset()
+    assert await store.get("empty") == b""  # a 200 for an empty object proves nothing
+    assert dict(store.stats.requests) == {"get": 2}
+    assert bytes(await store.get("a") or b"") == b"abc"
+    assert dict(store.stats.requests) == {"get": 4}
+    assert [bytes(v or b"") for v in await store.get_many(["a", "b"])] == [b"abc", b"bcd"]
+    assert bytes(await store.get("b", Range(1, 2)) or b"") == b"c"  # ranged: 200, whole
+    assert dict(store.stats.requests) == {"get": 8}
+
+
 async def test_missing_objects_and_buckets(s3_server: S3Server) -> None:
     store = s3_store_on(s3_server, unique_prefix())
     assert await store.get("nope") is None

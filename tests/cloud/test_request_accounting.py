@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from asyncshard.backends.cloud.store import TO_THE_END
 from asyncshard.ranges import Offset, Range, Suffix, coalesce
 from tests.cloud.conftest import Backend, range_span
 
@@ -86,6 +87,37 @@ async def test_whole_object_and_warm_head_costs(backend: Backend) -> None:
     assert isinstance(whole, memoryview)  # zero-copy view of obstore's buffer
     assert dict(store.stats.requests) == {"head": 1, "get": 1}
     assert [m for m, _, _ in backend.server_log()] == ["HEAD", "GET"]
+
+
+async def test_reads_without_a_version_are_one_ranged_get(backend: Backend) -> None:
+    """``get``, ``get_many`` and unconditioned ranges go out as one ranged GET each (one
+    obstore call, one completion); a whole object as a range open to the end."""
+    store = backend.store
+    await backend.seed({"shard": BLOB, "empty": b"", "small": b"xyz"})
+    backend.reset_log()
+    store.stats.reset()
+    assert bytes(await store.get("shard") or b"") == BLOB
+    assert bytes(await store.get("shard", Range(10, 20)) or b"") == BLOB[10:20]
+    assert bytes(await store.get("shard", Offset(len(BLOB) - 5)) or b"") == BLOB[-5:]
+    assert [bytes(v or b"") for v in await store.get_many(["small", "shard"])] == [b"xyz", BLOB]
+    assert dict(store.stats.requests) == {"get": 5}
+    to_the_end = f"{TO_THE_END - 1}"
+    whole = f"bytes=0-{to_the_end}"
+    tail = f"bytes={len(BLOB) - 5}-{to_the_end}"
+    assert gets(backend) == [whole, "bytes=10-19", tail, whole, whole]
+    # an empty object has no range to give (416, or 200 from some HTTP servers): it is
+    # read again without one, and the store keeps asking for ranges
+    backend.reset_log()
+    store.stats.reset()
+    assert await store.get("empty") == b""
+    assert bytes(await store.get("small") or b"") == b"xyz"
+    assert dict(store.stats.requests) == {"get": 3}
+    assert gets(backend) == [whole, None, whole]
+    # a read that wants the version is a plain GET
+    backend.reset_log()
+    result = await store.get_object("small")
+    assert result is not None and result.meta.size == 3
+    assert gets(backend) == [None]
 
 
 def request_kind(method: str, path: str) -> str:

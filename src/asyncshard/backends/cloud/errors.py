@@ -4,7 +4,10 @@ obstore raises typed exceptions for every case ``object_store`` has a variant fo
 ``FileNotFoundError`` (404), ``PreconditionError`` (412, and a 404 on a conditional
 update), ``NotModifiedError`` (304), ``AlreadyExistsError`` (a create-only write of an
 existing object; 409), ``PermissionDeniedError`` (403), ``UnauthenticatedError`` (401),
-``NotSupportedError``. Those are sorted by type alone.
+``NotSupportedError``. Those are sorted by type alone, but for one: the HTTP backend
+reports a range answered with the whole object (``200``) as a ``NotSupportedError``
+("Range request not supported"), which is the same failure as S3's "non-partial
+response" and is sorted with it by its message.
 
 Everything else arrives as ``GenericError`` (or a bare ``OSError``) with no structure a
 caller can read: statuses ``object_store`` has no variant for (416, 5xx and 429 after its
@@ -100,9 +103,12 @@ _NO_BUCKET_CODES = ("<Code>NoSuchBucket</Code>", "ContainerNotFound")
 
 
 def classify(exc: BaseException) -> Failure:
-    """Sort an obstore failure: by its type where obstore gives one, else :func:`_untyped`."""
+    """Sort an obstore failure: a range answered whole by its message, then by its type
+    where obstore gives one, else :func:`_untyped`."""
     if any(code in str(exc) for code in _NO_BUCKET_CODES):
         return Failure.NO_BUCKET
+    if any(phrase in first_line(exc) for phrase in _NOT_PARTIAL_PHRASES):  # typed or not
+        return Failure.NOT_PARTIAL
     for types, failure in _TYPED:
         if isinstance(exc, types):
             return failure
@@ -112,8 +118,6 @@ def classify(exc: BaseException) -> Failure:
 def _untyped(exc: BaseException) -> Failure:
     """The fallback for ``GenericError`` and bare ``OSError``: read status and message."""
     text = str(exc)
-    if any(phrase in text for phrase in _NOT_PARTIAL_PHRASES):
-        return Failure.NOT_PARTIAL
     match = _STATUS.search(text)
     status = int(match.group(1)) if match else None
     if status in _BY_STATUS:

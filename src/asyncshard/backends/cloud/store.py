@@ -41,6 +41,7 @@ from asyncshard.ranges import MAX_OVERFETCH, ByteRange, Offset, Range, Suffix, r
 from asyncshard.store import (
     DEFAULT_MAX_CONCURRENCY,
     BytesLike,
+    Data,
     GetResult,
     ObjectMeta,
     Store,
@@ -60,6 +61,13 @@ SERVER_SIDE_COPY = frozenset({"s3", "gs"})
 #: The largest object S3's CopyObject copies in one request (5 GiB); a larger one is read
 #: and written (obstore uploads it in parts).
 MAX_SERVER_SIDE_COPY = 5 << 30
+
+
+#: The end of a range that reads to the end of an object: far past any object's size and
+#: below 2^63, which servers that parse a range into a signed 64-bit integer accept.
+TO_THE_END = 1 << 62
+#: One-call read failures that another kind of read answers (see ``_get_data``).
+_NOT_ONE_CALL = frozenset({Failure.NOT_PARTIAL, Failure.UNSATISFIABLE})
 
 
 class _BodyCutShort(StoreConnectionError):
@@ -181,6 +189,9 @@ class CloudStore(Store):
         )
         self._os: Any = _config.build_obstore(target, cfg, client, retry, credential_provider)
         self._inflight = InFlight()
+        #: Whether unconditioned reads go through obstore's ``get_range_async`` (one
+        #: completion); cleared when the server answers a range with the whole object.
+        self._one_call = True
 
     def __repr__(self) -> str:
         return f"CloudStore({self.url!r})"
@@ -274,6 +285,58 @@ class CloudStore(Store):
                 self._count_request("get")
                 await asyncio.sleep(_backoff(attempt))
         raise AssertionError("unreachable")
+
+    async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
+        """The bytes alone, in one obstore call where the server answers ranges.
+
+        ``get_async`` and then ``bytes_async`` hand two completions from obstore's
+        threads to the event loop; ``get_range_async`` hands one, and a range open to
+        the end (``TO_THE_END``) reads a whole object, as servers answer the part that
+        exists. It gives no metadata, so it serves reads with no condition and no
+        version wanted. A server that answers a range of a non-empty object with the
+        whole object (200: ``rclone serve s3``, content served compressed) turns it
+        off for this store; an empty object or a range past the end (416), a suffix and
+        an empty range take the path of :meth:`_get`. A body that breaks off is read
+        again, as in ``_get``.
+        """
+        span = self._one_call_span(byte_range)
+        for attempt in itertools.count():
+            if span is None:
+                break
+            try:
+                call = obstore.get_range_async(self._os, key, start=span[0], end=span[1])
+                return memoryview(await self._call(call))
+            except OBSTORE_ERRORS as exc:
+                failure = classify(exc)
+                if failure is Failure.CONNECTION and broke_off(exc) and attempt < self.retries:
+                    self._count_request("get")
+                    await asyncio.sleep(_backoff(attempt))
+                    continue
+                if not (self._missing(failure) or failure in _NOT_ONE_CALL):
+                    raise self._error(exc, failure, key, "read") from exc
+            if self._missing(failure):
+                return None
+            self._count_request("get")  # the request that follows
+            if failure is Failure.NOT_PARTIAL:  # the whole object came: read it so
+                whole = await self._whole_and_slice(key, byte_range, {})
+                if whole is not None and whole.meta.size > 0:
+                    self._one_call = False
+                return None if whole is None else whole.data
+            break
+        result = await self._get(key, byte_range, None)
+        return None if result is None else result.data
+
+    def _one_call_span(self, byte_range: ByteRange | None) -> tuple[int, int] | None:
+        """The ``(start, end)`` of a one-call read of ``byte_range``, or ``None``."""
+        if not self._one_call:
+            return None
+        if byte_range is None:
+            return 0, TO_THE_END
+        if isinstance(byte_range, Offset):
+            return byte_range.offset, TO_THE_END
+        if isinstance(byte_range, Range) and byte_range.end > byte_range.start:
+            return byte_range.start, byte_range.end
+        return None
 
     async def _read(
         self, key: str, byte_range: ByteRange | None, if_match: str | None, *, after_head: bool

@@ -30,6 +30,7 @@ from asyncshard.ranges import ByteRange
 from asyncshard.store import (
     WOULD_WAIT,
     BytesLike,
+    Data,
     GetResult,
     NowResult,
     ObjectMeta,
@@ -208,9 +209,10 @@ class LocalStore(Store):
             raise self._root.error(exc, key, "read", os.path.join(folder, name)) from exc
         return self._read_open(fd, key, None, None, folder, name)
 
-    async def _get_many(self, keys: Sequence[str]) -> list[GetResult | None]:
+    async def _get_many(self, keys: Sequence[str]) -> list[Data | None]:
         async with self._batch_threads.get():  # held until the thread ends, even if cancelled
-            return await self._bounded(to_completion(self._read_batch, keys))
+            results = await self._bounded(to_completion(self._read_batch, keys))
+        return [None if r is None else r.data for r in results]
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._root.meta, key)
