@@ -9,6 +9,7 @@ import pytest
 
 from asyncshard.backends import open_store, supported_schemes
 from asyncshard.backends.cloud import CLOUD_MAX_GAP, CLOUD_MAX_REQUEST, CloudStore
+from asyncshard.backends.cloud.store import TO_THE_END
 from asyncshard.backends.cloud.versions import decode_version, encode_version
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import (
@@ -299,6 +300,53 @@ async def test_rclone_direct_whole_reads_stop_asking_for_ranges(rclone_server: S
     assert [bytes(v or b"") for v in await store.get_many(["a", "b"])] == [b"abc", b"bcd"]
     assert bytes(await store.get("b", Range(1, 2)) or b"") == b"c"  # ranged: 200, whole
     assert dict(store.stats.requests) == {"get": 8}
+
+
+async def test_an_http_server_that_ignores_ranges_still_gives_the_right_bytes() -> None:
+    """A plain HTTP server answering every GET with the whole object (200): obstore
+    reports that as "Range request not supported"; the store reads whole and slices,
+    and after the first whole answer for a non-empty object stops asking for ranges."""
+    from aiohttp import web
+
+    from tests.servers._threaded import ThreadedApp
+
+    objects = {"a": bytes(range(100)), "empty": b""}
+    ranged: list[str | None] = []
+
+    async def factory() -> web.Application:
+        async def handle(request: web.Request) -> web.Response:
+            ranged.append(request.headers.get("Range"))
+            body = objects.get(request.match_info["key"])
+            return web.Response(status=404) if body is None else web.Response(body=body)
+
+        app = web.Application()
+        app.router.add_get("/{key}", handle)
+        return app
+
+    server = ThreadedApp(factory, "ignores-ranges").start()
+    try:
+        async with open_store(server.url) as store:
+            assert await store.get("empty") == b""  # whole either way: proves nothing
+            assert bytes(await store.get("a", Range(10, 20)) or b"") == objects["a"][10:20]
+            assert bytes(await store.get("a") or b"") == objects["a"]
+            assert bytes(await store.get("a", Offset(95)) or b"") == objects["a"][95:]
+            assert await store.get("missing") is None
+            # a range, then the whole object, for "empty" and a[10:20]; then whole reads
+            # are one plain GET, and a range is asked once more, answered whole, then
+            # read whole (as rclone's are)
+            assert dict(store.stats.requests) == {"get": 8}
+            assert ranged == [
+                f"bytes=0-{TO_THE_END - 1}",
+                None,
+                "bytes=10-19",
+                None,
+                None,
+                "bytes=95-",
+                None,
+                None,
+            ]
+    finally:
+        server.stop()
 
 
 async def test_missing_objects_and_buckets(s3_server: S3Server) -> None:
