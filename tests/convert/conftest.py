@@ -15,6 +15,7 @@ from tests.servers.fixtures import (  # noqa: F401 - s3_server: the session S3 s
 
 @pytest.fixture(scope="session")
 def dask_client() -> Iterator[Any]:
-    """A local ``dask.distributed`` cluster of two worker processes, one thread each."""
-    with local_dask_client(2) as client:
+    """A local ``dask.distributed`` cluster of two worker processes, one thread each,
+    passed to the conversions explicitly (not dask's default scheduler)."""
+    with local_dask_client(2, default=False) as client:
         yield client

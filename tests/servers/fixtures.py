@@ -81,17 +81,20 @@ SHARED = _Shared()
 
 
 @contextmanager
-def local_dask_client(workers: int) -> Iterator[Any]:
+def local_dask_client(workers: int, *, default: bool = True) -> Iterator[Any]:
     """A ``dask.distributed`` client of a local cluster of ``workers`` processes, one
     thread each; its dashboard on a free port (``None`` still takes 8787 and warns when
-    another cluster of the session holds it)."""
+    another cluster of the session holds it). ``default``: it becomes dask's scheduler
+    while it lives; a client kept for the whole session must not (every later
+    ``dask.compute`` of the worker process would run on processes started before that
+    test set its environment, such as the credentials of the S3 test server)."""
     import distributed
 
     with (
         distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
-        distributed.Client(cluster) as client,
+        distributed.Client(cluster, set_as_default=default) as client,
     ):
         yield client
 

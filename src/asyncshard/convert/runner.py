@@ -270,7 +270,8 @@ class DaskRunner:
             for batch in _batches(job.tasks, self._batch_size(len(job.tasks)))
         ]
         try:
-            for future in as_completed(futures):
+            # the client's own loop: it need not be dask's default client
+            for future in as_completed(futures, loop=self.client.loop):
                 for result in future.result():
                     job.on_result(result)
         except BaseException:
