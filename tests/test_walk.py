@@ -1,4 +1,5 @@
-"""walk_keys: a folder listed by its subfolders, several listings at a time."""
+"""walk_keys: a folder listed by its subfolders, several listings at a time; list_keys:
+one listing for a folder that its first page holds, else the walk."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from asyncshard.backends import MemoryStore
-from asyncshard.walk import MAX_LEVELS, MAX_PARTS, WIDTH, walk_keys
+from asyncshard.keys import split_dir
+from asyncshard.walk import MAX_LEVELS, MAX_PARTS, PAGE, WIDTH, list_keys, walk_keys
 
 CHUNKS = [f"a/c/{i}/{j}/{k}" for i in range(4) for j in range(4) for k in range(4)]
 
@@ -122,4 +124,86 @@ async def test_a_cancelled_walk_leaves_nothing_running() -> None:
     walk.cancel()
     with pytest.raises(asyncio.CancelledError):
         await walk
+    assert store.running == 0
+
+
+class SlowFolders(SlowListings):
+    """Folder listings slower than plain ones: a walk is still at its first level when
+    one plain listing has answered."""
+
+    async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        await asyncio.sleep(0.05)
+        return await super()._list_dir(prefix)
+
+
+async def test_list_keys_of_a_small_folder_is_one_listing() -> None:
+    store = SlowFolders()
+    await store.set_many([(k, b"x") for k in [*CHUNKS, "a/zarr.json"]])
+    store.stats.reset()
+    assert sorted(await list_keys(store, "a/")) == sorted([*CHUNKS, "a/zarr.json"])
+    # the listing, and the walk's first list_dir, stopped when the listing answered
+    assert store.stats.requests["list"] == 2
+    assert store.running == 0
+
+
+async def test_list_keys_of_a_large_folder_is_the_walk() -> None:
+    keys = [f"a/c/{i}/{j}/{k}" for i in range(11) for j in range(10) for k in range(10)]
+    assert len(keys) > PAGE
+    store = await seeded(keys)
+    listed = await list_keys(store, "a/")
+    assert sorted(listed) == sorted([*keys, "a/zarr.json"]) and len(listed) == len(set(listed))
+    # the plain listing stopped at its first page; the walk: a/, c/, the 11 c/i/ (11 <
+    # 16 folders after two levels, so a third), then the 110 c/i/j/ listings
+    assert store.stats.requests["list"] == 1 + 1 + 1 + 11 + 110
+    assert store.running == 0
+
+
+async def test_list_keys_of_a_string_prefix_is_one_listing() -> None:
+    store = await seeded(CHUNKS)
+    assert sorted(await list_keys(store, "a/c/1")) == [k for k in CHUNKS if k.startswith("a/c/1")]
+    assert store.stats.requests["list"] == 1
+    with pytest.raises(ValueError, match="width"):
+        await list_keys(store, "", width=0)
+
+
+async def test_a_failed_first_page_stops_the_walk_and_is_raised() -> None:
+    class Failing(SlowFolders):
+        async def _list(self, prefix: str) -> AsyncIterator[str]:
+            if prefix == "a/":
+                raise OSError("the listing of a/ failed")
+            async for key in super()._list(prefix):
+                yield key
+
+    store = Failing()
+    await store.set_many([(k, b"x") for k in CHUNKS])
+    with pytest.raises(OSError, match="a/ failed"):
+        await list_keys(store, "a/")
+    assert store.running == 0
+
+
+class SlowWholeListings(SlowListings):
+    """Plain listings slower than folder listings (a server that keeps folders lists
+    a nested prefix whole by walking them itself)."""
+
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        await asyncio.sleep(0.2 if prefix == "a/" else 0)
+        async for key in super()._list(prefix):
+            yield key
+
+    async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        await self._pause()  # from the stored keys, not through the slow _list
+        return split_dir(prefix, [k for k in await self.keys() if k.startswith(prefix)])
+
+    async def keys(self) -> list[str]:
+        return [k async for k in MemoryStore._list(self, "")]
+
+
+async def test_list_keys_takes_the_walk_when_it_answers_first() -> None:
+    store = SlowWholeListings()
+    await store.set_many([(k, b"x") for k in [*CHUNKS, "a/zarr.json"]])
+    store.stats.reset()
+    started = asyncio.get_running_loop().time()
+    assert sorted(await list_keys(store, "a/")) == sorted([*CHUNKS, "a/zarr.json"])
+    assert asyncio.get_running_loop().time() - started < 0.2  # the listing was not awaited
+    assert store.stats.requests["list"] == 1 + (1 + 1 + 4 + 16)
     assert store.running == 0

@@ -17,20 +17,27 @@ not one each, and the requests stay within the pages of one listing plus
 listing of its own by folder (``list_dir`` computed from a whole listing) is listed
 with one ``list_prefix``.
 
-It lists what ``list_prefix`` lists, through the same two Store verbs, so it holds on
+A walk pays a ``list_dir`` per level before it lists: for a folder that one page of one
+listing holds, that is two or three round trips instead of one. :func:`list_keys`
+starts both, the first page of one listing and the walk: a folder of fewer than
+``PAGE`` keys is known after that one request (the walk is cancelled, unless it
+finished first), a larger one is walked (the listing stops after its first page).
+Conversions, verification and ``CloudStore.erase_prefix`` list with it.
+
+Both list what ``list_prefix`` lists, through the same two Store verbs, so they hold on
 every store that keeps the Store contract (the conformance suite checks it).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from asyncshard.keys import validate_prefix
 from asyncshard.store import Store
 
-__all__ = ["MAX_LEVELS", "MAX_PARTS", "WIDTH", "walk_keys"]
+__all__ = ["MAX_LEVELS", "MAX_PARTS", "PAGE", "WIDTH", "list_keys", "walk_keys"]
 
 #: Listings at a time, and the folders the walk looks for before it lists.
 WIDTH = 16
@@ -38,6 +45,8 @@ WIDTH = 16
 MAX_LEVELS = 3
 #: Listings the folders found are split into, at most.
 MAX_PARTS = 256
+#: Keys of a listing's page on S3 and GCS: fewer, and one listing request holds them all.
+PAGE = 1000
 
 T = TypeVar("T")
 
@@ -52,7 +61,7 @@ async def walk_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
     if width < 1:
         raise ValueError("width must be >= 1")
     prefix = validate_prefix(prefix)
-    if (prefix and not prefix.endswith("/")) or type(store)._list_dir is Store._list_dir:
+    if not _walkable(store, prefix):
         return [k async for k in store.list_prefix(prefix)]
     keys: list[str] = []
     folders = [prefix]
@@ -72,6 +81,52 @@ async def walk_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
     for found in await _each(_parts(folders), listed, width):
         keys.extend(found)
     return keys
+
+
+async def list_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[str]:
+    """Every key that ``store.list_prefix(prefix)`` lists, in no particular order: one
+    listing when its first page holds them all, else :func:`walk_keys`. Both start at
+    once; whichever gives the answer first does, and the other is stopped (servers
+    that keep folders, such as SeaweedFS, list a nested prefix whole more slowly than
+    by folders, and their walk can finish first)."""
+    if width < 1:
+        raise ValueError("width must be >= 1")
+    prefix = validate_prefix(prefix)
+    if not _walkable(store, prefix):
+        return [k async for k in store.list_prefix(prefix)]
+
+    async def first_page() -> list[str] | None:
+        """The keys if fewer than ``PAGE``, else ``None``."""
+        keys: list[str] = []
+        listing = store.list_prefix(prefix)
+        try:
+            async for key in listing:
+                keys.append(key)
+                if len(keys) >= PAGE:
+                    return None
+        finally:
+            if isinstance(listing, AsyncGenerator):
+                await listing.aclose()
+        return keys
+
+    page = asyncio.ensure_future(first_page())
+    walk = asyncio.ensure_future(walk_keys(store, prefix, width=width))
+    try:
+        await asyncio.wait((page, walk), return_when=asyncio.FIRST_COMPLETED)
+        if walk.done() and walk.exception() is None:  # first: the page is not needed
+            return walk.result()
+        keys = await page
+        return keys if keys is not None else await walk
+    finally:
+        for task in (page, walk):
+            task.cancel()  # a no-op once done
+        await asyncio.gather(page, walk, return_exceptions=True)
+
+
+def _walkable(store: Store, prefix: str) -> bool:
+    """Whether ``prefix`` is a folder and ``store`` lists folders by themselves."""
+    folder = not prefix or prefix.endswith("/")
+    return folder and type(store)._list_dir is not Store._list_dir
 
 
 def _parent(folder: str) -> str:

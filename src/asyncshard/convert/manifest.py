@@ -32,7 +32,7 @@ from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, ArrayLayout
 from asyncshard.convert.tasks import read_present_chunks
 from asyncshard.formats.zarr3.keys import Coords
 from asyncshard.store import Store
-from asyncshard.walk import walk_keys
+from asyncshard.walk import list_keys
 
 __all__ = [
     "ORIGIN_ATTRIBUTE",
@@ -183,7 +183,7 @@ def with_manifest(doc: Mapping[str, Any], keys: list[str] | None) -> dict[str, A
 async def stored_chunks(store: Store, layout: ArrayLayout) -> list[Coords]:
     """The (inner) chunks stored for ``layout``, from a listing and the shard indexes."""
     objects = []
-    for key in await walk_keys(store, layout.prefix):
+    for key in await list_keys(store, layout.prefix):
         coords = layout.parse_object_key(key)
         if coords is not None and layout.grid.object_in_bounds(coords):
             objects.append(coords)

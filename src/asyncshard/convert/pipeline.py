@@ -44,7 +44,7 @@ from asyncshard.convert.report import (
 from asyncshard.convert.runner import Job, PassSpec, Runner, Task, make_runner
 from asyncshard.errors import ConflictError, ConversionError
 from asyncshard.store import Store
-from asyncshard.walk import walk_keys
+from asyncshard.walk import list_keys
 
 __all__ = ["Convertible", "Listing", "RunOptions", "convert_nodes"]
 
@@ -228,14 +228,14 @@ async def _list(
     src = node.parser(source)
     dst = None if target is None else node.parser(target)
     out = Listing()
-    for key in await walk_keys(reader or store, node.prefix):
+    for key in await list_keys(reader or store, node.prefix):
         if (obj := src(key)) is not None:
             out.keys.append(key)
             out.objects.append(obj)
         elif dst is not None and reader in (None, store) and (obj := dst(key)) is not None:
             out.found.append((key, obj))
     if dst is not None and reader not in (None, store):
-        for key in await walk_keys(store, node.prefix):
+        for key in await list_keys(store, node.prefix):
             if (obj := dst(key)) is not None:
                 out.found.append((key, obj))
     return out

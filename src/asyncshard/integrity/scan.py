@@ -37,7 +37,7 @@ from asyncshard.integrity.report import DamagedShard, IntegrityReport
 from asyncshard.sharding.common import replace_shard
 from asyncshard.sharding.engine import ShardedAdapter
 from asyncshard.store import ObjectMeta, Store
-from asyncshard.walk import walk_keys
+from asyncshard.walk import list_keys
 
 __all__ = ["repair", "repair_async", "verify", "verify_async"]
 
@@ -48,7 +48,7 @@ OnShard = Callable[[str], None]
 
 async def _shard_keys(adapter: ShardedAdapter[Any]) -> list[str]:
     fmt = adapter.format
-    return sorted(k for k in await walk_keys(adapter.inner, fmt.list_source("")) if fmt.is_shard(k))
+    return sorted(k for k in await list_keys(adapter.inner, fmt.list_source("")) if fmt.is_shard(k))
 
 
 def _damage(

@@ -15,7 +15,7 @@ from asyncshard.errors import InvalidKeyError
 from asyncshard.store import split_dir
 from asyncshard.testing.base import ConformanceBase
 from asyncshard.testing.harness import Harness
-from asyncshard.walk import walk_keys
+from asyncshard.walk import list_keys, walk_keys
 
 __all__ = ["TREE", "ListingConformance", "folder_listing", "keys_with_prefix"]
 
@@ -133,7 +133,7 @@ class ListingConformance(ConformanceBase):
                 assert (sorted(keys), sorted(prefixes)) == expected, form
 
     @pytest.mark.parametrize("width", [1, 2, 16])
-    async def test_walk_keys_lists_what_list_prefix_lists(
+    async def test_walk_and_list_keys_list_what_list_prefix_lists(
         self, listable: Harness, width: int
     ) -> None:
         stored = await _seed_tree(listable)
@@ -141,6 +141,8 @@ class ListingConformance(ConformanceBase):
             walked = await walk_keys(listable.store, cut, width=width)
             assert len(walked) == len(set(walked)), cut
             assert sorted(walked) == keys_with_prefix(stored, cut), cut
+            listed = await list_keys(listable.store, cut, width=width)
+            assert sorted(listed) == keys_with_prefix(stored, cut), cut
 
     async def test_listing_counts_one_request(self, listable: Harness) -> None:
         await listable.seed(TREE)

@@ -46,6 +46,7 @@ from asyncshard.store import (
     ObjectMeta,
     Store,
 )
+from asyncshard.walk import list_keys
 
 #: Keys per request of a bulk delete. S3's DeleteObjects takes up to 1,000 keys and
 #: obstore sends one request per 1,000; a missing key is no error there. GCS has no bulk
@@ -535,6 +536,12 @@ class CloudStore(Store):
         batches = [list(keys[i : i + size]) for i in range(0, len(keys), size)]
         self._count_request("delete", len(batches))
         await gather_settled(self._bounded(self._delete_batch(batch)) for batch in batches)
+
+    async def erase_prefix(self, prefix: str) -> None:
+        """Delete every object whose key starts with ``prefix``, listed with
+        :func:`~asyncshard.walk.list_keys`: a large folder by its subfolders, several
+        listings at a time, instead of one page after another."""
+        await self.erase_values(await list_keys(self, prefix))
 
     async def _delete_batch(self, keys: list[str]) -> None:
         try:
