@@ -16,7 +16,12 @@ CHUNKS = [f"a/c/{i}/{j}/{k}" for i in range(4) for j in range(4) for k in range(
 
 
 class SlowListings(MemoryStore):
-    """A memory store whose listings take a moment, counting how many run at once."""
+    """A memory store whose listings take a moment, counting how many run at once, and
+    come in pages as an object store's do."""
+
+    @property
+    def lists_in_pages(self) -> bool:
+        return True
 
     def __init__(self) -> None:
         super().__init__()
@@ -207,3 +212,20 @@ async def test_list_keys_takes_the_walk_when_it_answers_first() -> None:
     assert asyncio.get_running_loop().time() - started < 0.2  # the listing was not awaited
     assert store.stats.requests["list"] == 1 + (1 + 1 + 4 + 16)
     assert store.running == 0
+
+
+class Unpaged(SlowListings):
+    """Listings with no pages (local files): no first page to race."""
+
+    @property
+    def lists_in_pages(self) -> bool:
+        return False
+
+
+async def test_list_keys_walks_stores_that_do_not_list_in_pages() -> None:
+    store = Unpaged()
+    await store.set_many([(k, b"x") for k in CHUNKS])
+    store.stats.reset()
+    assert sorted(await list_keys(store, "a/")) == sorted(CHUNKS)
+    assert store.stats.requests["list"] == 1 + 1 + 4 + 16  # the walk alone
+    assert not MemoryStore().lists_in_pages

@@ -164,6 +164,13 @@ class Store(ABC):
         return False
 
     @property
+    def lists_in_pages(self) -> bool:
+        """Whether a listing comes in pages, each a round trip (object stores): then a
+        small folder is listed faster whole than folder by folder
+        (:func:`~asyncshard.walk.list_keys`)."""
+        return False
+
+    @property
     def url(self) -> str | None:
         """A URL ``open_store`` reopens this store from (with :attr:`open_options`), if any."""
         return None

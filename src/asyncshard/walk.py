@@ -19,10 +19,11 @@ with one ``list_prefix``.
 
 A walk pays a ``list_dir`` per level before it lists: for a folder that one page of one
 listing holds, that is two or three round trips instead of one. :func:`list_keys`
-starts both, the first page of one listing and the walk: a folder of fewer than
-``PAGE`` keys is known after that one request (the walk is cancelled, unless it
-finished first), a larger one is walked (the listing stops after its first page).
-Conversions, verification and ``CloudStore.erase_prefix`` list with it.
+starts both on stores that list in pages (object stores), the first page of one
+listing and the walk: a folder of fewer than ``PAGE`` keys is known after that one
+request (the walk is cancelled, unless it finished first), a larger one is walked (the
+listing stops after its first page). Conversions, verification and
+``CloudStore.erase_prefix`` list with it.
 
 Both list what ``list_prefix`` lists, through the same two Store verbs, so they hold on
 every store that keeps the Store contract (the conformance suite checks it).
@@ -84,16 +85,20 @@ async def walk_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
 
 
 async def list_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[str]:
-    """Every key that ``store.list_prefix(prefix)`` lists, in no particular order: one
+    """Every key that ``store.list_prefix(prefix)`` lists, in no particular order: on a
+    store that lists in pages (:attr:`~asyncshard.store.Store.lists_in_pages`), one
     listing when its first page holds them all, else :func:`walk_keys`. Both start at
     once; whichever gives the answer first does, and the other is stopped (servers
     that keep folders, such as SeaweedFS, list a nested prefix whole more slowly than
-    by folders, and their walk can finish first)."""
+    by folders, and their walk can finish first). Elsewhere (local files, memory: a
+    listing is no round trip, and not cut into pages) :func:`walk_keys`."""
     if width < 1:
         raise ValueError("width must be >= 1")
     prefix = validate_prefix(prefix)
     if not _walkable(store, prefix):
         return [k async for k in store.list_prefix(prefix)]
+    if not store.lists_in_pages:
+        return await walk_keys(store, prefix, width=width)
 
     async def first_page() -> list[str] | None:
         """The keys if fewer than ``PAGE``, else ``None``."""
@@ -113,7 +118,7 @@ async def list_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
     walk = asyncio.ensure_future(walk_keys(store, prefix, width=width))
     try:
         await asyncio.wait((page, walk), return_when=asyncio.FIRST_COMPLETED)
-        if walk.done() and walk.exception() is None:  # first: the page is not needed
+        if walk.done() and not walk.cancelled() and walk.exception() is None:
             return walk.result()
         keys = await page
         return keys if keys is not None else await walk

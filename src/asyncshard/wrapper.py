@@ -70,6 +70,10 @@ class WrapperStore(Store):
     def supports_conditional_deletes(self) -> bool:
         return self.inner.supports_conditional_deletes
 
+    @property
+    def lists_in_pages(self) -> bool:
+        return self.inner.lists_in_pages
+
     # -- key mapping --------------------------------------------------------------------
 
     def _inner_key(self, key: str) -> str:

@@ -17,6 +17,7 @@ from asyncshard.errors import (
     InvalidKeyError,
     ReadOnlyError,
     StoreConfigError,
+    StoreConnectionError,
     UnknownSchemeError,
     UnsupportedOperationError,
 )
@@ -288,18 +289,19 @@ async def test_rclone_direct_ranged_200_falls_back_to_whole_reads(
 
 async def test_rclone_direct_whole_reads_stop_asking_for_ranges(rclone_server: S3Server) -> None:
     """A whole read is a range open to the end (one obstore call); rclone answers it
-    with 200, so the first costs that request and a plain GET, and the store then reads
-    without ranges: one request each, as before."""
+    with 200 (416 for an empty object), so the first read of a non-empty object costs
+    that request and a plain GET, and the store then reads without ranges: one request
+    each, as before."""
     store = s3_store_on(rclone_server, unique_prefix(), conditional_writes=False)
     await store.set_many([("empty", b""), ("a", b"abc"), ("b", b"bcd")])
     store.stats.reset()
-    assert await store.get("empty") == b""  # a 200 for an empty object proves nothing
-    assert dict(store.stats.requests) == {"get": 2}
-    assert bytes(await store.get("a") or b"") == b"abc"
-    assert dict(store.stats.requests) == {"get": 4}
+    assert await store.get("empty") == b""  # 416, HEAD: the flag stays
+    assert dict(store.stats.requests) == {"get": 1, "head": 1}
+    assert bytes(await store.get("a") or b"") == b"abc"  # 200: a whole read, flag off
+    assert dict(store.stats.requests) == {"get": 3, "head": 1}
     assert [bytes(v or b"") for v in await store.get_many(["a", "b"])] == [b"abc", b"bcd"]
     assert bytes(await store.get("b", Range(1, 2)) or b"") == b"c"  # ranged: 200, whole
-    assert dict(store.stats.requests) == {"get": 8}
+    assert dict(store.stats.requests) == {"get": 7, "head": 1}
 
 
 async def test_an_http_server_that_ignores_ranges_still_gives_the_right_bytes() -> None:
@@ -345,6 +347,40 @@ async def test_an_http_server_that_ignores_ranges_still_gives_the_right_bytes() 
                 None,
                 None,
             ]
+    finally:
+        server.stop()
+
+
+async def test_a_body_cut_short_after_a_range_answered_whole_is_a_connection_error() -> None:
+    """A server that ignores ranges and breaks off every body: the one-call read, then
+    the whole read, each broken; with no restarts allowed, a StoreConnectionError
+    (the public type), after one request each."""
+    from aiohttp import web
+
+    from tests.servers._threaded import ThreadedApp
+
+    async def factory() -> web.Application:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse()
+            response.content_length = 100
+            await response.prepare(request)
+            await response.write(bytes(50))
+            assert request.transport is not None
+            request.transport.close()  # 50 of the 100 bytes promised
+            return response
+
+        app = web.Application()
+        app.router.add_get("/{key}", handle)
+        return app
+
+    server = ThreadedApp(factory, "cuts-bodies").start()
+    try:
+        async with open_store(server.url, max_retries=0) as store:
+            for rng in (None, Range(0, 10)):
+                with pytest.raises(StoreConnectionError) as raised:
+                    await store.get("a", rng)
+                assert raised.type is StoreConnectionError  # not the private subclass
+            assert store.stats.requests["get"] >= 2
     finally:
         server.stop()
 

@@ -142,6 +142,7 @@ class ListingConformance(ConformanceBase):
             assert len(walked) == len(set(walked)), cut
             assert sorted(walked) == keys_with_prefix(stored, cut), cut
             listed = await list_keys(listable.store, cut, width=width)
+            assert len(listed) == len(set(listed)), cut
             assert sorted(listed) == keys_with_prefix(stored, cut), cut
 
     async def test_listing_counts_one_request(self, listable: Harness) -> None:

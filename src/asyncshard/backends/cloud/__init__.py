@@ -21,8 +21,11 @@ Behaviour worth knowing:
   range the server answers with 416 (it starts at or past the end; on some servers a
   suffix longer than the object), are settled by a ``HEAD`` (plus one bounded ``GET``
   if the clamped range is not empty). A server that answers a range request with a
-  full ``200`` (it ignores ``Range``) is read whole once more and sliced. Every answer's
-  length is checked against its range.
+  full ``200`` (it ignores ``Range``) is read whole once more and sliced. A read that
+  returns the object's version (``get_object``, conditioned reads) checks its body's
+  length against ``Content-Range``; a read of bytes alone (``get``, ``get_many``) goes
+  through obstore's one-call ``get_range_async``, whose body is checked against
+  ``Content-Length`` by the HTTP client.
 * **Counters**: ``stats.requests`` counts the requests the store sent, extra ``HEAD``\\ s
   and ``GET``\\ s and restarts included; only obstore's own transparent retries are
   invisible. ``erase_values`` counts one ``delete`` per DeleteObjects request on S3

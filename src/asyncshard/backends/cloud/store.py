@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence, Set
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import obstore
 
@@ -67,6 +67,7 @@ MAX_SERVER_SIDE_COPY = 5 << 30
 #: The end of a range that reads to the end of an object: far past any object's size and
 #: below 2^63, which servers that parse a range into a signed 64-bit integer accept.
 TO_THE_END = 1 << 62
+T = TypeVar("T")
 #: One-call read failures that another kind of read answers (see ``_get_data``).
 _NOT_ONE_CALL = frozenset({Failure.NOT_PARTIAL, Failure.UNSATISFIABLE})
 
@@ -221,6 +222,10 @@ class CloudStore(Store):
     def supports_conditional_writes(self) -> bool:
         return self.supports_writes and self._conditional
 
+    @property
+    def lists_in_pages(self) -> bool:
+        return True
+
     # -- plumbing -----------------------------------------------------------------------
 
     async def _call(self, call: Any) -> Any:
@@ -272,18 +277,26 @@ class CloudStore(Store):
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
-        # obstore resumes a body that breaks off, but a resumption can break off too
-        # (about one read in a few thousand at a 10 % fault rate in tests/cloud/
-        # test_faults.py), and it does not retry an answer whose body breaks off before
-        # the GET returns (a 404's error body). Such a read is started again here, each
-        # restart counted.
+        return await self._restarting(
+            lambda: self._read(key, byte_range, if_match, after_head=False)
+        )
+
+    async def _restarting(self, read: Callable[[], Awaitable[T]], kind: str = "get") -> T:
+        """``read()``, started again (up to ``retries`` times, each restart counted as a
+        request of ``kind``, its first) when its body breaks off.
+
+        obstore resumes a body that breaks off, but a resumption can break off too
+        (about one read in a few thousand at a 10 % fault rate in tests/cloud/
+        test_faults.py), and it does not retry an answer whose body breaks off before
+        the GET returns (a 404's error body).
+        """
         for attempt in itertools.count():
             try:
-                return await self._read(key, byte_range, if_match, after_head=False)
+                return await read()
             except _BodyCutShort as exc:
                 if attempt >= self.retries:
                     raise StoreConnectionError(str(exc)) from exc.__cause__
-                self._count_request("get")
+                self._count_request(kind)
                 await asyncio.sleep(_backoff(attempt))
         raise AssertionError("unreachable")
 
@@ -294,38 +307,41 @@ class CloudStore(Store):
         threads to the event loop; ``get_range_async`` hands one, and a range open to
         the end (``TO_THE_END``) reads a whole object, as servers answer the part that
         exists. It gives no metadata, so it serves reads with no condition and no
-        version wanted. A server that answers a range of a non-empty object with the
-        whole object (200: ``rclone serve s3``, content served compressed) turns it
-        off for this store; an empty object or a range past the end (416), a suffix and
-        an empty range take the path of :meth:`_get`. A body that breaks off is read
-        again, as in ``_get``.
+        version wanted, and no ``Content-Range`` to check the body's length against
+        (the HTTP client still checks it against ``Content-Length``). An empty object
+        or a range past the end (416) is answered after a ``HEAD``, as in ``_get``; a
+        server that answers a range with the whole object (200: ``rclone serve s3``,
+        content served compressed) has it read whole and sliced, and, once that
+        object is not empty, every later read of this store takes ``_get``'s path. A
+        suffix and an empty range take that path too.
         """
         span = self._one_call_span(byte_range)
-        for attempt in itertools.count():
-            if span is None:
-                break
-            try:
-                call = obstore.get_range_async(self._os, key, start=span[0], end=span[1])
-                return memoryview(await self._call(call))
-            except OBSTORE_ERRORS as exc:
-                failure = classify(exc)
-                if failure is Failure.CONNECTION and broke_off(exc) and attempt < self.retries:
-                    self._count_request("get")
-                    await asyncio.sleep(_backoff(attempt))
-                    continue
-                if not (self._missing(failure) or failure in _NOT_ONE_CALL):
-                    raise self._error(exc, failure, key, "read") from exc
-            if self._missing(failure):
-                return None
-            self._count_request("get")  # the request that follows
-            if failure is Failure.NOT_PARTIAL:  # the whole object came: read it so
-                whole = await self._whole_and_slice(key, byte_range, {})
-                if whole is not None and whole.meta.size > 0:
-                    self._one_call = False
-                return None if whole is None else whole.data
-            break
-        result = await self._get(key, byte_range, None)
+        if span is None:
+            result = await self._get(key, byte_range, None)
+            return None if result is None else result.data
+        got = await self._restarting(lambda: self._read_span(key, span))
+        if not isinstance(got, Failure):
+            return got
+        if got is Failure.UNSATISFIABLE:
+            self._count_request("head")
+            result = await self._restarting(
+                lambda: self._head_then_read(key, byte_range, None), "head"
+            )
+        else:  # NOT_PARTIAL: the server sent the whole object
+            self._count_request("get")
+            result = await self._restarting(lambda: self._whole_and_slice(key, byte_range, {}))
+            if result is not None and result.meta.size > 0:
+                self._one_call = False
         return None if result is None else result.data
+
+    async def _read_span(self, key: str, span: tuple[int, int]) -> Data | Failure | None:
+        """One ``get_range_async``: the bytes, ``None`` if missing, or the failure
+        (``_NOT_ONE_CALL``) another kind of read answers."""
+        try:
+            call = obstore.get_range_async(self._os, key, start=span[0], end=span[1])
+            return memoryview(await self._call(call))
+        except OBSTORE_ERRORS as exc:
+            return self._read_failed(exc, key, _NOT_ONE_CALL)
 
     def _one_call_span(self, byte_range: ByteRange | None) -> tuple[int, int] | None:
         """The ``(start, end)`` of a one-call read of ``byte_range``, or ``None``."""
@@ -333,7 +349,7 @@ class CloudStore(Store):
             return None
         if byte_range is None:
             return 0, TO_THE_END
-        if isinstance(byte_range, Offset):
+        if isinstance(byte_range, Offset) and byte_range.offset < TO_THE_END:
             return byte_range.offset, TO_THE_END
         if isinstance(byte_range, Range) and byte_range.end > byte_range.start:
             return byte_range.start, byte_range.end
@@ -382,17 +398,21 @@ class CloudStore(Store):
         try:
             return await self._call(obstore.get_async(self._os, key, options=options))  # type: ignore[arg-type]
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
-            if self._missing(failure):
-                return None
-            if failure in handled:
-                return failure
-            error = self._error(exc, failure, key, "read")
-            if failure is Failure.CONNECTION and broke_off(exc):
-                # an answer (even a 404's error body) broke off: obstore does not retry
-                # that, _get starts the read again
-                raise _BodyCutShort(str(error)) from exc
-            raise error from exc
+            return self._read_failed(exc, key, handled)
+
+    def _read_failed(self, exc: BaseException, key: str, handled: Set[Failure]) -> Failure | None:
+        """What a failed GET means: ``None`` if the object is missing, the failure if it
+        is ``handled``; else it raises, as ``_BodyCutShort`` if an answer (even a 404's
+        error body) broke off, which obstore does not retry and ``_restarting`` does."""
+        failure = classify(exc)
+        if self._missing(failure):
+            return None
+        if failure in handled:
+            return failure
+        error = self._error(exc, failure, key, "read")
+        if failure is Failure.CONNECTION and broke_off(exc):
+            raise _BodyCutShort(str(error)) from exc
+        raise error from exc
 
     async def _body(self, result: Any, key: str) -> memoryview:
         """The body of a started response; a transfer that breaks off is ``_BodyCutShort``."""
