@@ -48,6 +48,8 @@ from asyncshard.store import (
 )
 from asyncshard.walk import list_keys
 
+T = TypeVar("T")
+
 #: Keys per request of a bulk delete. S3's DeleteObjects takes up to 1,000 keys and
 #: obstore sends one request per 1,000; a missing key is no error there. GCS has no bulk
 #: delete (obstore sends one DELETE per object, so asyncshard does, under its own bound
@@ -67,7 +69,6 @@ MAX_SERVER_SIDE_COPY = 5 << 30
 #: The end of a range that reads to the end of an object: far past any object's size and
 #: below 2^63, which servers that parse a range into a signed 64-bit integer accept.
 TO_THE_END = 1 << 62
-T = TypeVar("T")
 #: Kinds whose unconditioned reads take one call (``_get_data``): those whose servers the
 #: tests show answering a range open past the end. No Azure server runs in the tests.
 ONE_CALL_KINDS = frozenset({"s3", "gs", "http"})
