@@ -51,8 +51,9 @@ __all__ = ["Convertible", "Listing", "RunOptions", "convert_nodes"]
 Doc = dict[str, Any]
 #: Keys per ``erase_values`` call at most: S3 deletes up to 1,000 keys per request.
 DELETE_BATCH = 1000
-#: ``erase_values`` calls running at once.
-DELETE_BATCHES_IN_FLIGHT = 8
+#: ``erase_values`` calls running at once (a store's default concurrency): SeaweedFS
+#: deleted 4,096 keys in 0.38 s as 32 requests of 128 keys at once, 0.49 s as 8 of 512.
+DELETE_BATCHES_IN_FLIGHT = 32
 _MIN_DELETE_BATCH = 64
 
 
