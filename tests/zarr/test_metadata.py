@@ -263,6 +263,18 @@ def test_grid_shapes_and_edge_shards() -> None:
     assert layout.chunk_key((np.int64(4), 2)) == "c/4/2"
 
 
+def test_objects_over_a_box_of_chunks() -> None:
+    grid = parse_zarr3_array(sharded_zarr_json([10, 7], [4, 6], [2, 3], "uint8")).grid
+    assert grid.objects_over((0, 0), (2, 2)) == [(0, 0)]  # inside one shard
+    assert grid.per_object == (2, 2)
+    assert grid.objects_over((1, 0), (5, 1)) == [(0, 0), (1, 0), (2, 0)]  # across three
+    assert grid.objects_over((1, 2), (4, 3)) == [(0, 1), (1, 1)]
+    assert grid.objects_over((1, 1), (3, 4)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert grid.objects_over((2, 0), (2, 3)) == []  # an empty box
+    scalar = parse_zarr3_array(sharded_zarr_json([], [], [], "uint8")).grid
+    assert scalar.objects_over((), ()) == [()]
+
+
 def test_empty_array_has_no_chunks() -> None:
     layout = parse_zarr3_array(sharded_zarr_json([0, 5], [4, 4], [2, 2], "uint8"))
     assert layout.chunk_grid_shape == (0, 3) and layout.shard_grid_shape == (0, 2)

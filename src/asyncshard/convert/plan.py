@@ -209,10 +209,7 @@ def _reshard_tasks(
     feeds: dict[Coords, list[Coords]] = {}
     boxes: list[tuple[Coords, list[Coords]]] = []
     for shard in shards:
-        lo, hi = src.grid.chunk_range(shard)
-        t_lo = dst.grid.object_of(lo)[0]
-        t_hi = tuple(o + 1 for o in dst.grid.object_of(tuple(h - 1 for h in hi))[0])
-        targets = list(_boxes(t_lo, t_hi))
+        targets = dst.grid.objects_over(*src.grid.chunk_range(shard))
         boxes.append((shard, targets))
         for target in targets:
             feeds.setdefault(target, []).append(shard)

@@ -274,11 +274,7 @@ class ZarrExecutor(ChunkMover[Coords]):
             return TaskResult(0, 0, 0, 0)
         done: list[TaskResult] = []
         if meta.size > SPLIT_WHOLE_BYTES:  # by range, through the cached index
-            lo, hi = self.src.grid.chunk_range(shard)
-            first = self.dst.grid.object_of(lo)[0]
-            last = self.dst.grid.object_of(tuple(h - 1 for h in hi))[0]
-            boxes = itertools.product(*(range(a, b + 1) for a, b in zip(first, last, strict=True)))
-            for target in boxes:
+            for target in self.dst.grid.objects_over(*self.src.grid.chunk_range(shard)):
                 if target not in existing:
                     done.append(await self._repack(Task("repack", target, (shard,))))
             nread = sum(r.bytes_read for r in done)

@@ -13,6 +13,7 @@ encoding over the shard grid) and positions within the shard. Everything here is
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Collection
@@ -163,6 +164,16 @@ class ChunkGrid:
         total = math.prod(extent)
         inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in positions)
         return total > 0 and inside >= total
+
+    def objects_over(self, lo: CoordsLike, hi: CoordsLike) -> list[Coords]:
+        """The objects holding the chunks of the box ``[lo, hi)`` of the chunk grid, in
+        C order (none for an empty box)."""
+        lo, hi = _checked(lo, self.ndim, "chunk coords"), _checked(hi, self.ndim, "chunk coords")
+        if any(b <= a for a, b in zip(lo, hi, strict=True)):
+            return []
+        first = self.object_of(lo)[0]
+        last = self.object_of(tuple(h - 1 for h in hi))[0]
+        return list(itertools.product(*(range(a, b + 1) for a, b in zip(first, last, strict=True))))
 
     def group_by_object(self, chunks: npt.NDArray[np.int64]) -> list[tuple[Coords, list[int]]]:
         """Rows of ``chunks`` (``(n, ndim)`` chunk coords) grouped by the object holding
