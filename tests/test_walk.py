@@ -4,6 +4,7 @@ one listing for a folder that its first page holds, else the walk."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,7 +18,9 @@ CHUNKS = [f"a/c/{i}/{j}/{k}" for i in range(4) for j in range(4) for k in range(
 
 class SlowListings(MemoryStore):
     """A memory store whose listings take a moment, counting how many run at once, and
-    come in pages as an object store's do."""
+    come in pages as an object store's do; the listing of ``fail_at`` fails."""
+
+    fail_at: str | None = None
 
     @property
     def lists_in_pages(self) -> bool:
@@ -40,6 +43,8 @@ class SlowListings(MemoryStore):
         return await super()._list_dir(prefix)
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
+        if prefix == self.fail_at:
+            raise OSError(f"the listing of {prefix} failed")
         await self._pause()
         async for key in super()._list(prefix):
             yield key
@@ -105,16 +110,9 @@ async def test_keys_beside_folders_of_the_same_name_are_listed_once() -> None:
     assert sorted(walked) == sorted({*keys, "a/zarr.json"}) and len(walked) == len(set(walked))
 
 
-class FailingListing(SlowListings):
-    async def _list(self, prefix: str) -> AsyncIterator[str]:
-        if prefix == "a/c/1/":
-            raise OSError("the listing of a/c/1/ failed")
-        async for key in super()._list(prefix):
-            yield key
-
-
 async def test_a_failed_listing_stops_the_others_and_is_raised() -> None:
-    store = FailingListing()
+    store = SlowListings()
+    store.fail_at = "a/c/1/"
     await store.set_many([(k, b"x") for k in CHUNKS])
     with pytest.raises(OSError, match="a/c/1/ failed"):
         await walk_keys(store, "a/", width=2)
@@ -172,14 +170,8 @@ async def test_list_keys_of_a_string_prefix_is_one_listing() -> None:
 
 
 async def test_a_failed_first_page_stops_the_walk_and_is_raised() -> None:
-    class Failing(SlowFolders):
-        async def _list(self, prefix: str) -> AsyncIterator[str]:
-            if prefix == "a/":
-                raise OSError("the listing of a/ failed")
-            async for key in super()._list(prefix):
-                yield key
-
-    store = Failing()
+    store = SlowFolders()
+    store.fail_at = "a/"
     await store.set_many([(k, b"x") for k in CHUNKS])
     with pytest.raises(OSError, match="a/ failed"):
         await list_keys(store, "a/")
@@ -229,3 +221,32 @@ async def test_list_keys_walks_stores_that_do_not_list_in_pages() -> None:
     assert sorted(await list_keys(store, "a/")) == sorted(CHUNKS)
     assert store.stats.requests["list"] == 1 + 1 + 4 + 16  # the walk alone
     assert not MemoryStore().lists_in_pages
+
+
+class NoListing(SlowListings):
+    """Every listing refused at once (plain HTTP)."""
+
+    async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
+        raise OSError("no listing here")
+
+    async def _list(self, prefix: str) -> AsyncIterator[str]:
+        raise OSError("no listing here")
+        yield prefix  # an async generator
+
+
+async def test_a_refused_listing_leaves_no_unretrieved_failure() -> None:
+    """The first page and the walk's first list_dir fail in one tick: the walk is
+    cancelled with its failed listing done, whose failure must still be retrieved
+    (an unretrieved one is logged when collected)."""
+    loop = asyncio.get_running_loop()
+    logged: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: logged.append(context))
+    try:
+        for call in (list_keys, walk_keys):
+            with pytest.raises(OSError, match="no listing"):
+                await call(NoListing(), "a/")
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert logged == []

@@ -181,11 +181,10 @@ async def _each(items: Sequence[T], call: Callable[[T], Awaitable[R]], width: in
         return []
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:
-        if not all(task.done() for task in tasks):  # a failure, or the caller cancelled
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:  # after a failure, or when the caller is cancelled: stop the rest, and
+        for task in tasks:  # retrieve every outcome (none is logged as never retrieved)
+            task.cancel()  # a no-op once done
+        await asyncio.gather(*tasks, return_exceptions=True)
     for task in tasks:
         if not task.cancelled() and (error := task.exception()) is not None:
             raise error

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from asyncshard.errors import UnsupportedOperationError
 from asyncshard.walk import list_keys, walk_keys
 from tests.cloud.conftest import Backend
 
@@ -13,10 +14,22 @@ FLAT = [f"flat/c.{i}" for i in range(1_100)]
 NESTED = [f"nested/c/{i}/{j}" for i in range(20) for j in range(60)]  # 20 folders
 
 
+async def refused(backend: Backend) -> None:
+    """Plain HTTP lists nothing: walk_keys, list_keys and erase_prefix refuse, typed."""
+    backend.reset_log()
+    for call in (walk_keys, list_keys):
+        with pytest.raises(UnsupportedOperationError, match="listing"):
+            await call(backend.store, "nested/")
+    with pytest.raises(UnsupportedOperationError, match="listing"):
+        await backend.store.erase_prefix("nested/")
+    assert backend.server_log() == []
+
+
 async def test_walk_keys_on_object_stores(backend: Backend) -> None:
-    if backend.name == "http":
-        pytest.skip("plain HTTP has no listing")
     store = backend.store
+    if backend.name == "http":  # plain HTTP has no listing: a clear refusal, no request
+        await refused(backend)
+        return
     await store.set_many([(k, b"x") for k in [*FLAT, *NESTED, "nested/zarr.json"]])
     for folder, expected in [("flat/", FLAT), ("nested/", [*NESTED, "nested/zarr.json"])]:
         backend.reset_log()
@@ -35,9 +48,10 @@ async def test_list_keys_and_erase_prefix_on_object_stores(backend: Backend) -> 
     """A folder its first page holds: one listing, or the walk where that answers
     first. A larger one: the walk, beside one page. ``erase_prefix`` lists with
     ``list_keys`` and deletes everything it listed."""
-    if backend.name == "http":
-        pytest.skip("plain HTTP has no listing")
     store = backend.store
+    if backend.name == "http":  # plain HTTP has no listing: a clear refusal, no request
+        await refused(backend)
+        return
     small = [f"small/c/{i}/{j}" for i in range(20) for j in range(3)]
     await store.set_many([(k, b"x") for k in [*small, *NESTED]])
     store.stats.reset()
