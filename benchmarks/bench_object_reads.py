@@ -9,6 +9,9 @@ process and on the event loop of ``--loop``:
 
 * ``asyncshard get_many``: ``Store.get_many`` of every key;
 * ``asyncshard get, 32``: ``Store.get`` of each key, all started at once;
+* ``asyncshard get_many, UnshardedView``: the same through the view that presents
+  sharded arrays unsharded (``ZarrStore``'s ``inner-chunks`` mode), which passes these
+  keys (no dataset's chunks) through to the store;
 * ``obstore get_async + bytes_async``: the read that returns the object's metadata
   (two hand-offs from obstore's threads to the event loop);
 * ``obstore get_range_async``: one hand-off (a range open to the end);
@@ -69,8 +72,10 @@ def readers(server: S3Server) -> dict[str, Reader]:
     import tensorstore as ts
 
     from asyncshard import open_store
+    from asyncshard.views import UnshardedView
 
     store = open_store(f"s3://{server.bucket}/{BASE}", **server.options())
+    view = UnshardedView(store)
     raw = S3Store(
         server.bucket,
         prefix=BASE,
@@ -113,6 +118,7 @@ def readers(server: S3Server) -> dict[str, Reader]:
     return {
         "asyncshard get_many": store.get_many,
         "asyncshard get, 32": get_each,
+        "asyncshard get_many, UnshardedView": view.get_many,
         "obstore get_async + bytes_async": bounded(two_calls),
         "obstore get_range_async": bounded(one_call),
         "tensorstore kvstore read": ts_read,

@@ -232,11 +232,11 @@ class Store(ABC):
         """Copy one object to another key (atomically replacing it); return its size, or
         ``None`` if ``source`` is missing. The default reads and writes it; backends
         that copy without moving the bytes (hard links, server-side copies) override it."""
-        got = await self._bounded(self._get(source, None, None))
-        if got is None:
+        data = await self._bounded(self._get_data(source, None))
+        if data is None:
             return None
-        await self._bounded(self._set(target, got.data, None, False))
-        return len(got.data)
+        await self._bounded(self._set(target, data, None, False))
+        return len(data)
 
     async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
         """Copy objects (distinct targets); the default copies each concurrently."""

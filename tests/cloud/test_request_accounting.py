@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
 from asyncshard.backends.cloud.store import TO_THE_END
+from asyncshard.cache import LoadingCache
 from asyncshard.ranges import Offset, Range, Suffix, coalesce
+from asyncshard.sharding.common import read_json
+from asyncshard.sharding.zarr import ZarrShardedStore
+from asyncshard.views import UnshardedView
 from tests.cloud.conftest import Backend, range_span
+from tests.zarr.helpers import array_doc
 
 BLOB = bytes(i * 7 % 251 for i in range(1024 * 1024))
 
@@ -123,6 +129,34 @@ async def test_reads_without_a_version_are_one_ranged_get(backend: Backend) -> N
     backend.reset_log()
     result = await store.get_object("small")
     assert result is not None and result.meta.size == 3
+    assert gets(backend) == [None]
+
+
+async def test_keys_the_views_pass_through_are_one_ranged_get(backend: Backend) -> None:
+    """A key that is no chunk of a sharded view (``ZarrShardedStore``, ``UnshardedView``)
+    is read by ``get`` and ``get_many`` as the wrapped store's one ranged GET (one
+    completion), not as a ``get_object`` (two); so is a JSON document by ``read_json``."""
+    store = backend.store
+    doc = json.dumps(array_doc([64, 64], [4, 8], [1, 1])).encode()
+    await backend.seed({"ds/zarr.json": doc, "ds/notes.txt": b"xyz", "readme": BLOB[:100]})
+    sharded = await ZarrShardedStore.open(store, "ds", cache=LoadingCache())
+    view = UnshardedView(store)
+    await view.head("readme")  # the view learns the root folder holds no dataset
+    backend.reset_log()
+    store.stats.reset()
+    assert await sharded.get("ds/notes.txt") == b"xyz"
+    assert await sharded.get("ds/notes.txt", Range(1, 2)) == b"y"
+    assert [bytes(v or b"") for v in await sharded.get_many(["ds/notes.txt"])] == [b"xyz"]
+    assert await view.get("readme") == BLOB[:100]
+    assert await view.get("missing") is None
+    assert await read_json(store, "ds/zarr.json") == json.loads(doc)
+    whole = f"bytes=0-{TO_THE_END - 1}"
+    assert gets(backend) == [whole, "bytes=1-1", whole, whole, whole, whole]
+    assert dict(store.stats.requests) == {"get": 6}
+    # a read that wants the version still is a plain GET through the view
+    backend.reset_log()
+    result = await view.get_object("readme")
+    assert result is not None and bytes(result.data) == BLOB[:100]
     assert gets(backend) == [None]
 
 

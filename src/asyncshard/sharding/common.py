@@ -120,6 +120,7 @@ async def read_json_versioned(store: Store, key: str) -> tuple[dict[str, Any], s
 
 
 async def read_json(store: Store, key: str) -> dict[str, Any] | None:
-    """The JSON object stored at ``key`` (:func:`read_json_versioned` without the version)."""
-    got = await read_json_versioned(store, key)
-    return None if got is None else got[0]
+    """The JSON object stored at ``key`` (:func:`read_json_versioned` without the version:
+    the bytes alone, one completion on cloud stores)."""
+    data = await store.get(key)
+    return None if data is None else parse_json_object(data, key)

@@ -81,6 +81,7 @@ from asyncshard.sharding.engine.reads import ShardReads, raised
 from asyncshard.store import (
     WOULD_WAIT,
     BytesLike,
+    Data,
     GetResult,
     NowResult,
     ObjectMeta,
@@ -275,7 +276,21 @@ class UnshardedView(WrapperStore):
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None:
+        return await self._get_routed(key, await self._target(key), byte_range, if_match)
+
+    async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
+        """The bytes alone: a passed-through key is the wrapped store's ``get`` (one
+        completion on cloud stores, where ``get_object`` takes two)."""
         target = await self._target(key)
+        if target is None and not is_group_document(key):
+            return await self.inner.get(self._inner_key(key), byte_range)
+        result = await self._get_routed(key, target, byte_range, None)
+        return None if result is None else result.data
+
+    async def _get_routed(
+        self, key: str, target: Target, byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        """:meth:`_get` of ``key`` once routed to ``target``."""
         if target is None and is_group_document(key):
             return await self._get_group(key, byte_range, if_match)
         if target is None:

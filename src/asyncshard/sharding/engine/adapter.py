@@ -154,6 +154,21 @@ class ShardedAdapter(WrapperStore, Generic[C]):
         loc = self.format.locate(key)
         if loc is None:
             return await super()._get(key, byte_range, if_match)
+        return await self._read_chunk(key, loc, byte_range, if_match)
+
+    async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
+        """The bytes alone: a passed-through key is the wrapped store's ``get`` (one
+        completion on cloud stores, where ``get_object`` takes two)."""
+        loc = self.format.locate(key)
+        if loc is None:
+            return await self.inner.get(self._inner_key(key), byte_range)
+        result = await self._read_chunk(key, loc, byte_range, None)
+        return None if result is None else result.data
+
+    async def _read_chunk(
+        self, key: str, loc: Location[C], byte_range: ByteRange | None, if_match: str | None
+    ) -> GetResult | None:
+        """One chunk read (``None``: outside the array or absent)."""
         if not loc.inside:
             return None
         return await self.reads.read_one(

@@ -73,10 +73,10 @@ class ShardListing(Generic[C]):
                     return await fmt.chunks_in(indexes, shard_key)
 
             async def from_snapshot() -> list[C]:
-                whole = await self.inner.get_object(shard_key)
+                whole = await self.inner.get(shard_key)
                 if whole is None:
                     return []
-                return list(fmt.split(shard_key, memoryview(whole.data)))
+                return list(fmt.split(shard_key, memoryview(whole)))
 
             async with limit:
                 return await indexes.retry_stale(shard_key, from_index, from_snapshot)
