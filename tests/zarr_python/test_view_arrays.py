@@ -8,6 +8,7 @@ The array: 64x64 uint16, shards 32x32 of 16 inner chunks 8x8 (zstd), 4 shards.
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from zarr.core.buffer import cpu
 from zarr.core.sync import sync
 
 from asyncshard.errors import InvalidMetadataError, UnsupportedOperationError
-from asyncshard.zarr_python import ZarrStore, modes
+from asyncshard.zarr_python import ShardRewriteWarning, ZarrStore, modes
 
 SHAPE, SHARD, CHUNK = (64, 64), (32, 32), (8, 8)
 DATA = np.arange(64 * 64, dtype="uint16").reshape(SHAPE)
@@ -84,6 +85,25 @@ def test_read_budgets(view: ZarrStore) -> None:
         # many ticks as the scheduler spreads them (one request per tick), so only the
         # bound is fixed: far below one request per chunk
         assert _reads(view, arr, np.s_[32:64, 32:64])["get"] <= 1 + 6
+
+
+def test_writes_cut_short_by_zarr_concurrency_warn(view: ZarrStore) -> None:
+    """A shard written in parts because zarr-python hands over fewer chunk writes at once
+    than the shard holds gets a ShardRewriteWarning naming the setting; writes that are
+    not held back by it (a whole shard, or fewer chunks than the bound) get none."""
+    arr = zarr.open_array(view, path="arr", mode="r+")
+    with (
+        zarr.config.set({"async.concurrency": 4}),
+        pytest.warns(ShardRewriteWarning, match="async.concurrency"),
+    ):
+        assert _writes(view, arr, np.s_[32:64, 32:64], 5) == {"get": 4, "put": 4}
+    with zarr.config.set({"async.concurrency": 16}), warnings.catch_warnings():
+        warnings.simplefilter("error", ShardRewriteWarning)
+        assert _writes(view, arr, np.s_[32:64, 32:64], 6) == {"put": 1}  # whole shard
+        assert _writes(view, arr, np.s_[32:64, 32:48], 7) == {"get": 1, "put": 1}  # 8 of 16
+    expected = DATA.copy()
+    expected[32:64, 32:64], expected[32:64, 32:48] = 6, 7
+    np.testing.assert_array_equal(zarr.open_array(view, path="arr", mode="r")[...], expected)
 
 
 def test_write_budgets(view: ZarrStore) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from asyncshard.backends import MemoryStore
+from asyncshard.buffers import BytesLike
 from asyncshard.views import UnshardedView
 from tests.zarr_python.helpers import sharded_doc
 
@@ -82,3 +83,43 @@ async def test_a_cancelled_waiting_write_writes_nothing() -> None:
     with pytest.raises(asyncio.CancelledError):
         await doomed
     assert await view.get("a/c/0") is None and await view.get("a/c/1") == b"\x01\x01"
+
+
+class _SlowWrites(MemoryStore):
+    """A store whose writes take a while (a shard write's I/O)."""
+
+    async def _set(
+        self, key: str, data: BytesLike, if_match: str | None, if_absent: bool
+    ) -> str | None:
+        await asyncio.sleep(0.01)
+        return await super()._set(key, data, if_match, if_absent)
+
+
+async def test_concurrent_callers_share_shard_writes() -> None:
+    """Four callers that each keep at most ``flush_at()`` writes in flight (zarr-python's
+    ``async.concurrency``, one per array operation), two per shard: once the gate has
+    seen more writes in flight than one caller keeps, it no longer releases every shard
+    whenever ``flush_at()`` writes wait, so a shard write carries both callers' writes
+    (24 shard writes when it did, 12 at best). Every value lands."""
+    inner = _SlowWrites()
+    doc = sharded_doc(shape=256, shard=128, chunk=2)  # 64 chunks per shard
+    await inner.set("a/zarr.json", json.dumps(doc).encode())
+    view = UnshardedView(inner, writable=True, write_window=0.05, write_flush_at=lambda: 4)
+    await view.get("a/zarr.json")
+    inner.stats.reset()
+
+    async def operation(chunks: range) -> None:
+        bound = asyncio.Semaphore(4)
+
+        async def write(i: int) -> None:
+            async with bound:
+                await asyncio.sleep(0)  # encoding the chunk
+                await view.set(f"a/c/{i}", bytes([i, i]))
+
+        await asyncio.gather(*(write(i) for i in chunks))
+
+    ranges = [range(0, 24), range(24, 48), range(64, 88), range(88, 112)]
+    await asyncio.wait_for(asyncio.gather(*(operation(r) for r in ranges)), 10)
+    assert inner.stats.requests["put"] <= 18
+    chunks = [i for r in ranges for i in r]
+    assert [await view.get(f"a/c/{i}") for i in chunks] == [bytes([i, i]) for i in chunks]

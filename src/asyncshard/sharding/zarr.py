@@ -84,6 +84,10 @@ class ZarrFormat(ShardFormat[Position, IndexArray]):
         shard = self.layout.parse_shard_key(shard_key)
         return shard is not None and self._grid.holds_all(shard, chunks)
 
+    def whole_count(self, shard_key: str) -> int | None:
+        shard = self.layout.parse_shard_key(shard_key)
+        return None if shard is None else self._grid.count_in(shard)
+
     # -- indexes ----------------------------------------------------------------------
 
     async def find(

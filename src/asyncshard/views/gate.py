@@ -9,10 +9,17 @@ The gate holds such writes per group (a shard) and releases them in one tick:
 * when the group has been quiet for ``window`` seconds (at most ``max_wait`` after its
   first waiting write);
 * at once when the waiting writes complete the group (``complete``: every chunk of the
-  shard, so it can be written without reading it), or when ``flush_at()`` writes wait in
-  all (the caller cannot submit more before some return: no point in waiting);
+  shard, so it can be written without reading it), or when ``flush_at()`` writes per
+  caller wait in all (the callers cannot submit more before some return: no point in
+  waiting). Callers are not named: one keeps at most ``flush_at()`` writes waiting or
+  running, so more at once since the last release ended means more callers;
 * one release per group at a time: writes arriving while the group's writes run wait
   for them (group commit), so one process never races itself for a shard.
+
+``on_cut()`` is called when a group leaves incomplete while the callers are at their
+bound (``flush_at()`` writes waiting or running): they can submit no more before these
+return, so the shard is written once per group of that many (zarr-python's default
+bound is 10 chunk writes per array operation).
 
 A waiting write whose caller is cancelled is dropped; one already released is waited for
 before the cancellation propagates (nothing the gate started outlives its caller).
@@ -44,6 +51,7 @@ class _Op:
 @dataclass(eq=False)
 class _Group:
     pending: list[_Op] = field(default_factory=list)
+    tags: list[Hashable] = field(default_factory=list)  # of ``pending``, in step
     busy: bool = False
     first: float = 0.0
     timer: asyncio.TimerHandle | None = None
@@ -53,7 +61,8 @@ class _Group:
 class WriteGate:
     """Holds writes per group and releases each group's writes together (see the module
     docstring). ``flush_at`` returns the number of waiting writes (all groups) that
-    releases every idle group at once; ``None``: only the window and ``complete`` do."""
+    releases every idle group at once; ``None``: only the window and ``complete`` do.
+    ``on_cut``: see the module docstring."""
 
     def __init__(
         self,
@@ -61,15 +70,19 @@ class WriteGate:
         window: float,
         max_wait: float,
         flush_at: Callable[[], int] | None = None,
+        on_cut: Callable[[], None] | None = None,
     ) -> None:
         if window < 0 or max_wait < window:
             raise ValueError("window must be >= 0 and max_wait >= window")
         self.window = window
         self.max_wait = max_wait
         self.flush_at = flush_at
+        self.on_cut = on_cut
         self._loop: asyncio.AbstractEventLoop | None = None
         self._groups: dict[Hashable, _Group] = {}
         self._waiting = 0
+        self._running = 0  # released, not finished
+        self._peak = 0  # most writes waiting or running at once since a batch ended
 
     async def run(
         self,
@@ -82,7 +95,8 @@ class WriteGate:
         """``await op()`` released together with the other writes of group ``key``."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new event loop: nothing of the old one carries over
-            self._loop, self._groups, self._waiting = loop, {}, 0
+            self._loop, self._groups = loop, {}
+            self._waiting = self._running = self._peak = 0
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
@@ -90,8 +104,11 @@ class WriteGate:
         if not group.pending:
             group.first = loop.time()
         group.pending.append(item)
-        group.complete = complete
+        group.tags.append(tag)
+        if group.complete is None:  # the group's writes all bring the same test
+            group.complete = complete
         self._waiting += 1
+        self._peak = max(self._peak, self._waiting + self._running)
         self._consider(key, group)
         try:
             result: T = await asyncio.shield(item.future)
@@ -99,7 +116,8 @@ class WriteGate:
         except asyncio.CancelledError:
             if not item.started:
                 if item in group.pending:
-                    group.pending.remove(item)
+                    i = group.pending.index(item)
+                    del group.pending[i], group.tags[i]
                     self._waiting -= 1
             elif not item.future.done():
                 await asyncio.wait([item.future])
@@ -109,14 +127,13 @@ class WriteGate:
         """Release ``group`` now, or (re)arm its quiet timer."""
         if group.busy or not group.pending:
             return
-        limit = self.flush_at() if self.flush_at is not None else None
+        limit = self._flush_limit()
         if limit is not None and self._waiting >= limit:
             for other_key, other in list(self._groups.items()):
                 if not other.busy and other.pending:
                     self._release(other_key, other)
             return
-        tags = [op.tag for op in group.pending]
-        if group.complete is not None and group.complete(tags):
+        if self._completes(group):
             self._release(key, group)
             return
         loop = asyncio.get_running_loop()
@@ -124,6 +141,28 @@ class WriteGate:
             group.timer.cancel()
         delay = max(0.0, min(self.window, group.first + self.max_wait - loop.time()))
         group.timer = loop.call_later(delay, self._fire, key, group)
+
+    def _flush_limit(self) -> int | None:
+        """Waiting writes that release every idle group: ``flush_at()`` per caller.
+
+        One caller (a zarr-python operation) has at most ``flush_at()`` writes waiting or
+        running; more at once (since the last batch ended) means more callers, and each
+        may still submit up to that many, so the limit is that many per caller seen.
+        """
+        if self.flush_at is None:
+            return None
+        per_caller = max(1, self.flush_at())
+        return per_caller * max(1, -(-self._peak // per_caller))
+
+    @staticmethod
+    def _completes(group: _Group) -> bool:
+        return group.complete is not None and group.complete(group.tags)
+
+    def _cut_short(self, group: _Group) -> bool:
+        """Whether ``group`` leaves incomplete while the callers are at their bound."""
+        if self.flush_at is None or self._completes(group):
+            return False
+        return self._waiting + self._running >= self.flush_at()
 
     def _fire(self, key: Hashable, group: _Group) -> None:
         group.timer = None
@@ -134,8 +173,13 @@ class WriteGate:
         if group.timer is not None:
             group.timer.cancel()
             group.timer = None
-        batch, group.pending = group.pending, []
+        if self.on_cut is not None and self._cut_short(group):
+            # a callback of its own: what it raises (a warning filtered into an error)
+            # reaches the loop's exception handler, not the writes
+            asyncio.get_running_loop().call_soon(self.on_cut)
+        batch, group.pending, group.tags = group.pending, [], []
         self._waiting -= len(batch)
+        self._running += len(batch)
         group.busy = True
         asyncio.get_running_loop().create_task(self._run_batch(key, group, batch))
 
@@ -156,6 +200,8 @@ class WriteGate:
             for op in batch:
                 if not op.future.done():
                     op.future.cancel()
+            self._running -= len(batch)
+            self._peak = self._waiting + self._running  # counted again from here
             group.busy = False
             if group.pending:
                 group.first = asyncio.get_running_loop().time()

@@ -171,6 +171,8 @@ class UnshardedView(WrapperStore):
             writes arriving a few ticks apart make one shard write (``0``: only writes of
             one tick are merged); see :mod:`~asyncshard.views.gate`.
         write_flush_at: number of waiting chunk writes after which they leave at once.
+        write_cut_short: called when a shard's writes leave incomplete because the
+            writers are at that bound (the gate's ``on_cut``).
         recheck_after, data_cache, lean_reads: see
             :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
@@ -194,6 +196,7 @@ class UnshardedView(WrapperStore):
         max_depth: int = DEFAULT_MAX_DEPTH,
         write_window: float = 0.0,
         write_flush_at: Callable[[], int] | None = None,
+        write_cut_short: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(inner)
         index_cache = cache if cache is not None else LoadingCache()
@@ -208,7 +211,12 @@ class UnshardedView(WrapperStore):
         self._answers: dict[str, _Answer] = {}
         self._answers_stamp = self._stamp()
         self._gate = (
-            WriteGate(window=write_window, max_wait=10 * write_window, flush_at=write_flush_at)
+            WriteGate(
+                window=write_window,
+                max_wait=10 * write_window,
+                flush_at=write_flush_at,
+                on_cut=write_cut_short,
+            )
             if write_window > 0
             else None
         )
@@ -568,8 +576,16 @@ class UnshardedView(WrapperStore):
         if self._gate is None or not loc.inside:
             return await op()
         fmt, shard_key = target.scope.store.format, loc.shard_key
+        size: int | None = -1  # not known yet
 
         def complete(tags: Sequence[Hashable]) -> bool:
+            # asked on every arriving write of the shard: counts first, the chunks at most
+            # once per shard
+            nonlocal size
+            if size == -1:
+                size = fmt.whole_count(shard_key)
+            if size is None or len(tags) < size:
+                return False
             return None not in tags and fmt.is_whole(shard_key, tags)
 
         group = (target.scope.store, shard_key)

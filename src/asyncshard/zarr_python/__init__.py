@@ -11,7 +11,7 @@ except ImportError as exc:  # pragma: no cover - zarr is a test dependency
         'asyncshard.zarr_python needs zarr-python 3: pip install "asyncshard[zarr]"'
     ) from exc
 
-from asyncshard.zarr_python.modes import MODES, Mode
+from asyncshard.zarr_python.modes import MODES, Mode, ShardRewriteWarning
 from asyncshard.zarr_python.store import ZarrStore
 
-__all__ = ["MODES", "Mode", "ZarrStore"]
+__all__ = ["MODES", "Mode", "ShardRewriteWarning", "ZarrStore"]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Final, Literal, get_args
 
 from asyncshard.errors import StoreConfigError
@@ -26,6 +27,26 @@ def _zarr_concurrency() -> int:
     import zarr
 
     return int(zarr.config.get("async.concurrency"))
+
+
+class ShardRewriteWarning(UserWarning):
+    """zarr-python's ``async.concurrency`` makes the inner-chunk view rewrite shards in
+    parts: raise it to at least the chunks per shard."""
+
+
+def _cut_short() -> None:
+    """Warn that zarr's bound cuts shard writes (once per process, as Python shows a
+    warning once per location)."""
+    n = _zarr_concurrency()
+    warnings.warn(
+        f"zarr-python hands the inner-chunk view at most {n} chunk writes at a time per "
+        "array operation (zarr.config 'async.concurrency'), fewer than a shard holds: each "
+        f"shard is read, merged and written again for every {n} of its chunks. Set it to "
+        "at least the chunks per shard to write each shard once: "
+        "zarr.config.set({'async.concurrency': chunks_per_shard})",
+        ShardRewriteWarning,
+        stacklevel=1,  # called by the event loop: this line is the one location
+    )
 
 
 MODES: Final[tuple[str, ...]] = get_args(Mode)
@@ -50,6 +71,7 @@ def present(inner: Store, mode: str) -> Store:
             metadata_ttl=METADATA_TTL,
             write_window=WRITE_WINDOW,
             write_flush_at=_zarr_concurrency,
+            write_cut_short=_cut_short,
             # zarr-python reads a region's chunks in bursts of async.concurrency:
             # batching all of a burst coalesces them (the lean path would read the
             # first of each tick alone)

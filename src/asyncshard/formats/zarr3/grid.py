@@ -158,10 +158,16 @@ class ChunkGrid:
         cells = np.indices(self.extent(obj)).reshape(self.ndim, -1).T + np.asarray(lo)
         return [tuple(row) for row in cells.tolist()]
 
+    def count_in(self, obj: CoordsLike) -> int:
+        """How many chunks of the object lie inside the array."""
+        return math.prod(self.extent(obj))
+
     def holds_all(self, obj: CoordsLike, positions: Collection[Coords]) -> bool:
         """Whether ``positions`` (in the object) include every in-bounds chunk of it."""
         extent = self.extent(obj)
         total = math.prod(extent)
+        if total == 0 or len(positions) < total:
+            return False  # a shard's writes are counted on each arrival: no scan until then
         inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in positions)
         return total > 0 and inside >= total
 

@@ -193,6 +193,11 @@ class ShardFormat(ABC, Generic[C, I]):
         """Whether ``chunks`` are every chunk the shard can hold (write it without reading)."""
         return False
 
+    def whole_count(self, shard_key: str) -> int | None:
+        """How many chunks make the shard whole for :meth:`is_whole` (``None``: it never
+        is), so that callers counting arriving writes test only when enough arrived."""
+        return None
+
     # -- indexes ----------------------------------------------------------------------
 
     def index_name(self, shard_key: str) -> tuple[Hashable, ...]:
