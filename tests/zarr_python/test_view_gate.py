@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from asyncshard.backends import MemoryStore
 from asyncshard.buffers import BytesLike
+from asyncshard.cache import LoadingCache
+from asyncshard.sharding.volume import PrecomputedVolume
 from asyncshard.views import UnshardedView
+from asyncshard.views.gate import WriteGate
+from tests.precomputed.test_store import volume_store
 from tests.zarr_python.helpers import sharded_doc
 
 #: 1-d uint8 array of 16 elements: shards of 8 = 4 inner chunks of 2 (2 shards).
@@ -123,3 +127,66 @@ async def test_concurrent_callers_share_shard_writes() -> None:
     assert inner.stats.requests["put"] <= 18
     chunks = [i for r in ranges for i in r]
     assert [await view.get(f"a/c/{i}") for i in chunks] == [bytes([i, i]) for i in chunks]
+
+
+async def test_a_lower_peak_releases_every_waiting_shard() -> None:
+    """flush_at 2: caller B's two writes of shard 1 leave at once; caller A's two writes
+    of shard 0 arrive while they run (4 in flight: two callers, limit 4). When B's shard
+    write ends, A's writes are all one caller has: they leave then, not after the
+    window."""
+    inner = _SlowWrites()
+    await inner.set("a/zarr.json", json.dumps(ARRAY).encode())
+    view = UnshardedView(inner, writable=True, write_window=30, write_flush_at=lambda: 2)
+    await view.get("a/zarr.json")
+
+    async def caller_a() -> None:
+        await asyncio.sleep(0.001)  # B's writes run by now
+        await asyncio.gather(view.set("a/c/0", b"\0\0"), view.set("a/c/1", b"\1\1"))
+
+    caller_b = asyncio.gather(view.set("a/c/4", b"\4\4"), view.set("a/c/5", b"\5\5"))
+    await asyncio.wait_for(asyncio.gather(caller_a(), caller_b), 5)  # not the 30 s window
+    assert await view.get("a/c/1") == b"\1\1" and await view.get("a/c/5") == b"\5\5"
+
+
+async def test_a_caller_cancelled_as_its_write_is_released_writes_nothing() -> None:
+    """Cancelled in the tick its group is released (before the batch starts): its write
+    leaves the batch, so nothing of it runs after the caller saw the cancellation."""
+    gate = WriteGate(window=30, max_wait=60, flush_at=lambda: 2)
+    ran: list[int] = []
+
+    def op(n: int) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            ran.append(n)
+
+        return run
+
+    first = asyncio.ensure_future(gate.run("g", op(1)))
+    await asyncio.sleep(0)  # waiting in the gate
+    second = asyncio.ensure_future(gate.run("g", op(2)))  # its first step releases both
+    first.cancel()  # handled after that step, before the batch's task starts
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await second
+    assert ran == [2]
+
+
+async def test_a_precomputed_shard_written_whole_leaves_at_once() -> None:
+    """Every chunk of a precomputed volume shard (the ids that hash to it) through the
+    gate: released at once and written without a read, as a whole Zarr shard is."""
+    inner = await volume_store()
+    volume = await PrecomputedVolume.open(inner, "data/vol", cache=LoadingCache())
+    scale = volume.scale("8_8_8")
+    x, y, z = scale.scale.grid_shape
+    names = [
+        scale.scale.chunk_name((i, j, k)) for i in range(x) for j in range(y) for k in range(z)
+    ]
+    by_shard: dict[str, list[str]] = {}
+    for name in names:
+        by_shard.setdefault(scale.store.shard_key(scale.chunk_id(name)), []).append(name)
+    members = max(by_shard.values(), key=len)
+    view = UnshardedView(inner, writable=True, write_window=30, write_flush_at=lambda: 10**6)
+    await view.get("data/vol/info")
+    inner.stats.reset()
+    writes = (view.set(f"data/vol/8_8_8/{n}", n.encode()) for n in members)
+    await asyncio.wait_for(asyncio.gather(*writes), 5)
+    assert inner.stats.requests == {"put": 1}

@@ -210,11 +210,14 @@ class PrecomputedFormat(ShardFormat[int, "_ShardIndex"]):
         """With a volume scale, whether ``chunks`` are every chunk id of the scale that
         hashes to this shard (counted once per scale by hashing every grid position;
         grids over :data:`MAX_COUNTED_CHUNKS` chunks are not counted: never whole)."""
+        expected = self.whole_count(shard_key)
+        return expected is not None and len(set(chunks)) >= expected
+
+    def whole_count(self, shard_key: str) -> int | None:
         counts = self._shard_counts()
         if counts is None:
-            return False
-        expected = counts.get(self._shard_number(shard_key), 0)
-        return expected > 0 and len(chunks) >= expected
+            return None
+        return counts.get(self._shard_number(shard_key), 0) or None
 
     def _shard_counts(self) -> dict[int, int] | None:
         if self.names is None:

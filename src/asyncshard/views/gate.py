@@ -16,10 +16,10 @@ The gate holds such writes per group (a shard) and releases them in one tick:
 * one release per group at a time: writes arriving while the group's writes run wait
   for them (group commit), so one process never races itself for a shard.
 
-``on_cut()`` is called when a group leaves incomplete while the callers are at their
-bound (``flush_at()`` writes waiting or running): they can submit no more before these
-return, so the shard is written once per group of that many (zarr-python's default
-bound is 10 chunk writes per array operation).
+``on_cut(key)`` is called when group ``key`` leaves incomplete while every caller is
+at its bound (``flush_at()`` writes waiting or running per caller seen): they can submit
+no more before these return, so the shard is written once per group of that many
+(zarr-python's default bound is 10 chunk writes per array operation).
 
 A waiting write whose caller is cancelled is dropped; one already released is waited for
 before the cancellation propagates (nothing the gate started outlives its caller).
@@ -60,9 +60,10 @@ class _Group:
 
 class WriteGate:
     """Holds writes per group and releases each group's writes together (see the module
-    docstring). ``flush_at`` returns the number of waiting writes (all groups) that
-    releases every idle group at once; ``None``: only the window and ``complete`` do.
-    ``on_cut``: see the module docstring."""
+    docstring). ``flush_at`` returns how many writes one caller keeps waiting or running
+    at most: that many per caller seen, waiting in all groups, release every idle group
+    at once (``0``: every write leaves at once); ``None``: only the window and
+    ``complete`` do. ``on_cut``: see the module docstring."""
 
     def __init__(
         self,
@@ -70,7 +71,7 @@ class WriteGate:
         window: float,
         max_wait: float,
         flush_at: Callable[[], int] | None = None,
-        on_cut: Callable[[], None] | None = None,
+        on_cut: Callable[[Hashable], None] | None = None,
     ) -> None:
         if window < 0 or max_wait < window:
             raise ValueError("window must be >= 0 and max_wait >= window")
@@ -119,6 +120,8 @@ class WriteGate:
                     i = group.pending.index(item)
                     del group.pending[i], group.tags[i]
                     self._waiting -= 1
+                else:  # released but not started: its batch skips it
+                    item.future.cancel()
             elif not item.future.done():
                 await asyncio.wait([item.future])
             raise
@@ -129,9 +132,7 @@ class WriteGate:
             return
         limit = self._flush_limit()
         if limit is not None and self._waiting >= limit:
-            for other_key, other in list(self._groups.items()):
-                if not other.busy and other.pending:
-                    self._release(other_key, other)
+            self._release_idle()
             return
         if self._completes(group):
             self._release(key, group)
@@ -142,6 +143,12 @@ class WriteGate:
         delay = max(0.0, min(self.window, group.first + self.max_wait - loop.time()))
         group.timer = loop.call_later(delay, self._fire, key, group)
 
+    def _release_idle(self) -> None:
+        """Release every group with waiting writes and none running."""
+        for key, group in list(self._groups.items()):
+            if not group.busy and group.pending:
+                self._release(key, group)
+
     def _flush_limit(self) -> int | None:
         """Waiting writes that release every idle group: ``flush_at()`` per caller.
 
@@ -151,7 +158,9 @@ class WriteGate:
         """
         if self.flush_at is None:
             return None
-        per_caller = max(1, self.flush_at())
+        per_caller = self.flush_at()
+        if per_caller <= 0:
+            return 0
         return per_caller * max(1, -(-self._peak // per_caller))
 
     @staticmethod
@@ -159,10 +168,11 @@ class WriteGate:
         return group.complete is not None and group.complete(group.tags)
 
     def _cut_short(self, group: _Group) -> bool:
-        """Whether ``group`` leaves incomplete while the callers are at their bound."""
-        if self.flush_at is None or self._completes(group):
+        """Whether ``group`` leaves incomplete while every caller is at its bound."""
+        limit = self._flush_limit()
+        if limit is None or self._completes(group):
             return False
-        return self._waiting + self._running >= self.flush_at()
+        return self._waiting + self._running >= limit
 
     def _fire(self, key: Hashable, group: _Group) -> None:
         group.timer = None
@@ -176,7 +186,7 @@ class WriteGate:
         if self.on_cut is not None and self._cut_short(group):
             # a callback of its own: what it raises (a warning filtered into an error)
             # reaches the loop's exception handler, not the writes
-            asyncio.get_running_loop().call_soon(self.on_cut)
+            asyncio.get_running_loop().call_soon(self.on_cut, key)
         batch, group.pending, group.tags = group.pending, [], []
         self._waiting -= len(batch)
         self._running += len(batch)
@@ -184,12 +194,14 @@ class WriteGate:
         asyncio.get_running_loop().create_task(self._run_batch(key, group, batch))
 
     async def _run_batch(self, key: Hashable, group: _Group, batch: list[_Op]) -> None:
-        """Start every write of ``batch`` in this tick and hand out the results."""
-        for op in batch:
+        """Start every write of ``batch`` in this tick (but those whose callers were
+        cancelled since the release) and hand out the results."""
+        live = [op for op in batch if not op.future.done()]
+        for op in live:
             op.started = True
         try:
-            results = await asyncio.gather(*(op.run() for op in batch), return_exceptions=True)
-            for op, result in zip(batch, results, strict=True):
+            results = await asyncio.gather(*(op.run() for op in live), return_exceptions=True)
+            for op, result in zip(live, results, strict=True):
                 if op.future.done():
                     continue
                 if isinstance(result, BaseException):
@@ -205,6 +217,10 @@ class WriteGate:
             group.busy = False
             if group.pending:
                 group.first = asyncio.get_running_loop().time()
-                self._consider(key, group)
             elif self._groups.get(key) is group:
                 del self._groups[key]
+            limit = self._flush_limit()
+            if limit is not None and self._waiting >= limit:  # the lower peak lets go
+                self._release_idle()
+            elif group.pending:
+                self._consider(key, group)

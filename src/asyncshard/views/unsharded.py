@@ -65,7 +65,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from asyncshard.cache import LoadingCache
 from asyncshard.errors import (
@@ -76,7 +76,7 @@ from asyncshard.errors import (
 )
 from asyncshard.fanout import run_writes
 from asyncshard.ranges import ByteRange, Range, resolve
-from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ChunkRead
+from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER, ChunkRead, ShardedAdapter
 from asyncshard.sharding.engine.reads import ShardReads, raised
 from asyncshard.store import (
     WOULD_WAIT,
@@ -170,9 +170,11 @@ class UnshardedView(WrapperStore):
         write_window: seconds a chunk write waits for more writes of its shard, so that
             writes arriving a few ticks apart make one shard write (``0``: only writes of
             one tick are merged); see :mod:`~asyncshard.views.gate`.
-        write_flush_at: number of waiting chunk writes after which they leave at once.
-        write_cut_short: called when a shard's writes leave incomplete because the
-            writers are at that bound (the gate's ``on_cut``).
+        write_flush_at: how many chunk writes one writer keeps in flight at most (zarr's
+            ``async.concurrency``): when every writer seen has that many waiting, they
+            leave at once; see :class:`~asyncshard.views.gate.WriteGate`.
+        write_cut_short: called when a shard's writes leave incomplete because every
+            writer is at that bound and it is below the shard's chunks.
         recheck_after, data_cache, lean_reads: see
             :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
@@ -199,6 +201,7 @@ class UnshardedView(WrapperStore):
         write_cut_short: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(inner)
+        self._write_flush_at, self._write_cut_short = write_flush_at, write_cut_short
         index_cache = cache if cache is not None else LoadingCache()
         self.options = DatasetOptions(index_cache, recheck_after, data_cache, lean_reads)
         self.list_chunks = list_chunks
@@ -215,7 +218,7 @@ class UnshardedView(WrapperStore):
                 window=write_window,
                 max_wait=10 * write_window,
                 flush_at=write_flush_at,
-                on_cut=write_cut_short,
+                on_cut=self._cut_short,
             )
             if write_window > 0
             else None
@@ -591,6 +594,16 @@ class UnshardedView(WrapperStore):
         group = (target.scope.store, shard_key)
         tag = loc.chunk if whole else None
         return await self._gate.run(group, op, tag=tag, complete=complete)
+
+    def _cut_short(self, group: Hashable) -> None:
+        """The gate released a shard's writes incomplete, every writer at its bound:
+        ``write_cut_short()`` if that bound is below the chunks of the shard."""
+        if self._write_cut_short is None or self._write_flush_at is None:
+            return
+        store, shard_key = cast(tuple[ShardedAdapter[Any], str], group)
+        size = store.format.whole_count(shard_key)
+        if size is not None and self._write_flush_at() < size:
+            self._write_cut_short()
 
     def _refuse(self, key: str, target: Target) -> None:
         """Raise for the targets no write may reach: shard files, precomputed metadata."""

@@ -168,7 +168,8 @@ class ChunkGrid:
         total = math.prod(extent)
         if total == 0 or len(positions) < total:
             return False  # a shard's writes are counted on each arrival: no scan until then
-        inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in positions)
+        distinct = set(positions)
+        inside = sum(all(p < e for p, e in zip(pos, extent, strict=True)) for pos in distinct)
         return total > 0 and inside >= total
 
     def objects_over(self, lo: CoordsLike, hi: CoordsLike) -> list[Coords]:
