@@ -20,12 +20,16 @@ array, taking turns every round:
   safe against concurrent writers (the values it lost are counted);
 * ``tensorstore``: its ``zarr3`` driver, ``write(block).result()`` per block, no cache.
 
-Every array is read back with zarr-python and compared. Printed: medians of ``--rounds``
-of wall seconds, MB/s, CPU seconds (this process, every thread), the shard writes
-asyncshard sent, values lost, and the default view's speed over each writer's. Run from
-the repository root::
+With ``--latency`` or ``--bandwidth`` (``--backend s3``), every writer talks to SeaweedFS
+through a proxy (``tests/servers/proxy.py``) that delays each answer and caps the bytes
+per second of each response body: a remote bucket, where reading a shard back costs.
+Every array is read back with zarr-python and compared. Printed: medians of
+``--rounds`` of wall seconds, MB/s, CPU seconds (this process, every thread), the PUTs
+(shard writes) and GETs asyncshard sent, values lost, and the default view's speed over
+each writer's. Run from the repository root::
 
     python benchmarks/bench_writes.py [--threads 4] [--rounds 3] [--backend s3]
+    python benchmarks/bench_writes.py --backend s3 --latency 0.02 --bandwidth 1e8
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import numpy as np
 import zarr
 
 from benchmarks.common import cpu_now, sharding_codec
+from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
 from tests.servers.seaweedfs import start_seaweedfs
 
@@ -60,8 +65,12 @@ MB = 1e6
 class Place:
     """Where the arrays go: a folder, or a prefix of the SeaweedFS bucket."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, latency: float, bandwidth: float | None) -> None:
         self.server: S3Server | None = start_seaweedfs() if backend == "s3" else None
+        self.proxy: FaultProxy | None = None
+        if self.server is not None and (latency or bandwidth):
+            self.proxy = FaultProxy(self.server.endpoint, latency=latency, bandwidth=bandwidth)
+            self.proxy.start()
         self.folder = Path(tempfile.mkdtemp(prefix="bench-writes-"))
         if self.server is not None:
             os.environ.update(
@@ -75,8 +84,13 @@ class Place:
             return str(self.folder / name)
         return f"s3://{self.server.bucket}/bench-writes/{name}"
 
+    @property
+    def endpoint(self) -> str:
+        assert self.server is not None
+        return self.server.endpoint if self.proxy is None else self.proxy.url
+
     def asyncshard_options(self) -> dict[str, Any]:
-        return {} if self.server is None else self.server.options()
+        return {} if self.server is None else self.server.options(endpoint=self.endpoint)
 
     def zarr_store(self, name: str) -> Any:
         """zarr-python's own store of array ``name``."""
@@ -88,7 +102,7 @@ class Place:
         raw = S3Store(
             s.bucket,
             prefix=f"bench-writes/{name}",
-            endpoint=s.endpoint,
+            endpoint=self.endpoint,
             access_key_id=s.access_key,
             secret_access_key=s.secret_key,
             region=s.region,
@@ -104,7 +118,7 @@ class Place:
             "driver": "s3",
             "bucket": s.bucket,
             "path": f"bench-writes/{name}/",
-            "endpoint": s.endpoint,
+            "endpoint": self.endpoint,
             "aws_region": s.region,
             "aws_credentials": {"type": "environment"},
         }
@@ -123,6 +137,8 @@ class Place:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.proxy is not None:
+            self.proxy.stop()
         if self.server is not None:
             self.server.stop()
 
@@ -198,6 +214,8 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=128, help="block edge per write (128)")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per S3 answer")
+    parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s per response")
     args = parser.parse_args()
     if args.size % args.block or args.block % args.chunk or args.shard % args.chunk:
         raise SystemExit("--size must be a multiple of --block, and both of --chunk")
@@ -206,11 +224,11 @@ def main() -> None:
     corners = itertools.product(edges, repeat=3)
     blocks = [tuple(slice(a, a + args.block) for a in c) for c in corners]
     per_shard = (args.shard // args.chunk) ** 3
-    place = Place(args.backend)
+    place = Place(args.backend, args.latency, args.bandwidth)
     try:
         every = writers(place, args)
         names = list(every)
-        runs: dict[str, list[tuple[float, float, int, int]]] = {n: [] for n in names}
+        runs: dict[str, list[tuple[float, float, int, int, int]]] = {n: [] for n in names}
         for n in range(args.rounds):
             for name in names[n % len(names) :] + names[: n % len(names)]:
                 array_name = f"a{names.index(name)}"
@@ -225,28 +243,32 @@ def main() -> None:
                     write_blocks(array, data, blocks, args.threads)
                     wall, cpu = time.perf_counter() - started, cpu_now() - cpu
                 puts = -1 if store is None else store.stats.requests["put"]
+                gets = -1 if store is None else store.stats.requests["get"]
                 back = zarr.open_array(place.zarr_store(array_name), mode="r")[...]
                 lost = int(np.count_nonzero(back != data))
-                runs[name].append((wall, cpu, puts, lost))
+                runs[name].append((wall, cpu, puts, gets, lost))
                 print(f"  round {n + 1}: {name}: {wall:.2f} s", file=sys.stderr)
                 place.clear(array_name)
     finally:
         place.close()
     load = os.getloadavg()
+    link = ""
+    if place.proxy is not None:
+        link = f" through a proxy ({args.latency * 1000:.0f} ms, {args.bandwidth or 0:,.0f} B/s)"
     print(
         f"\n{args.size}^3 uint8, chunks {args.chunk}^3, shards {args.shard}^3 ({per_shard} "
-        f"chunks), blocks {args.block}^3 by {args.threads} threads, {args.backend}; median "
-        f"of {args.rounds} rounds; load average {load[0]:.2f}"
+        f"chunks), blocks {args.block}^3 by {args.threads} threads, {args.backend}{link}; "
+        f"median of {args.rounds} rounds; load average {load[0]:.2f}"
     )
-    print("| writer | wall s | MB/s | CPU s | shard writes | values lost | view / writer |")
-    print("|---|---|---|---|---|---|---|")
+    print("| writer | wall s | MB/s | CPU s | PUTs | GETs | values lost | view / writer |")
+    print("|---|---|---|---|---|---|---|---|")
     ours = statistics.median(r[0] for r in runs["asyncshard view"])
     for name in names:
         wall = statistics.median(r[0] for r in runs[name])
         cpu = statistics.median(r[1] for r in runs[name])
-        puts = statistics.median(r[2] for r in runs[name])
-        lost = max(r[3] for r in runs[name])
-        shown = "-" if puts < 0 else f"{puts:.0f}"
+        puts, gets = (statistics.median(r[i] for r in runs[name]) for i in (2, 3))
+        lost = max(r[4] for r in runs[name])
+        shown = "- | -" if puts < 0 else f"{puts:.0f} | {gets:.0f}"
         print(
             f"| {name} | {wall:.2f} | {data.nbytes / wall / MB:.0f} | {cpu:.2f} | {shown} "
             f"| {lost:,} | {wall / ours:.2f}x |"

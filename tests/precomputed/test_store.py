@@ -314,8 +314,10 @@ async def test_replacing_a_shard_drops_its_other_chunks(inner: Store, spec: Shar
 
 
 async def test_partial_update_reads_once_and_writes_conditionally(spec: ShardingSpec) -> None:
+    """A writer that did not write the shard itself (another process) reads it once."""
     inner = RecordingStore()
-    store = await filled(inner, spec)
+    await filled(inner, spec)
+    store = open_store(inner, spec)
     inner.writes.clear()
     shard1 = ids_in(spec, 1)
     version = (await inner.head(f"{PREFIX}/1.shard")).version  # type: ignore[union-attr]
@@ -330,6 +332,37 @@ async def test_partial_update_reads_once_and_writes_conditionally(spec: Sharding
     fresh = open_store(inner, spec, prefix="other")
     await fresh.set("5", b"five")
     assert inner.writes == [(fresh.shard_key(5), None, True)]
+
+
+async def test_a_writer_starts_from_the_shard_it_wrote(spec: ShardingSpec) -> None:
+    """A store keeps the shards it wrote: its next partial update of one reads nothing
+    and writes conditionally on the version it wrote. When another writer changed the
+    shard in between, that write fails and the update is made again on a read: nothing
+    is lost. A caller's condition that fails on the kept shard is judged again on a
+    read."""
+    inner = RecordingStore()
+    store = await filled(inner, spec)
+    a, b, c, d = ids_in(spec, 1)[:4]
+    kept = await inner.head(f"{PREFIX}/1.shard")
+    assert kept is not None and kept.version is not None
+    inner.writes.clear()
+    inner.stats.reset()
+    await store.set_chunks({a: b"mine"})
+    assert dict(inner.stats.requests) == {"put": 1}
+    assert inner.writes == [(f"{PREFIX}/1.shard", kept.version, False)]
+    other = open_store(inner, spec)
+    await other.set_chunks({b: b"theirs"})
+    inner.stats.reset()
+    await store.set_chunks({c: b"mine again"})
+    assert inner.stats.requests["get"] == 1  # the kept shard was stale: one read
+    fresh = open_store(inner, spec)
+    assert await fresh.get_chunks([a, b, c]) == {a: b"mine", b: b"theirs", c: b"mine again"}
+    # a condition on the version another writer made, which the kept shard does not have
+    await other.set_chunks({d: b"theirs too"})
+    now = await inner.head(f"{PREFIX}/1.shard")
+    assert now is not None and now.version is not None
+    await store.set(str(d), b"if current", if_match=now.version)
+    assert await fresh.get_chunks([d]) == {d: b"if current"}
 
 
 async def test_set_values_merges_into_shards(inner: Store, spec: ShardingSpec) -> None:

@@ -48,8 +48,14 @@ async def read_merge_write(
     rebuild: Callable[[GetResult | None], BytesLike | Unchanged | None],
     written: Callable[[BytesLike | None, str | None], None],
     empty_shard: Callable[[], bytes],
+    known: GetResult | None = None,
 ) -> str | None:
     """Update one shard: read it whole, ``rebuild`` it, write it back conditionally.
+
+    ``known``: the shard as this process last wrote it, used by the first attempt
+    instead of a read. The write is conditional on its version, so a change by anyone
+    else meanwhile fails it and the next attempt reads; when ``rebuild`` changes nothing
+    (the callers' own conditions failed), they are judged again on a read.
 
     ``rebuild(current)`` (``None`` when the shard does not exist) returns the new shard
     bytes, ``None`` when no chunk is left, or :data:`UNCHANGED` to write nothing. The
@@ -62,8 +68,15 @@ async def read_merge_write(
     """
 
     async def attempt() -> str | None:
-        current = await inner.get_object(shard_key)
+        nonlocal known
+        current, known = known, None
+        read = current is None
+        if read:
+            current = await inner.get_object(shard_key)
         new = rebuild(current)
+        if isinstance(new, Unchanged) and not read:
+            current = await inner.get_object(shard_key)
+            new = rebuild(current)
         if isinstance(new, Unchanged):
             return None if current is None else current.meta.version
         kept, version = await replace_shard(
