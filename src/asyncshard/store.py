@@ -163,6 +163,12 @@ class Store(ABC):
         """Whether :meth:`head_now` can answer (else it always declines)."""
         return False
 
+    def version_pins_bytes(self, version: str) -> bool:
+        """Whether an object at ``version`` always holds the same bytes (no other content
+        of its key ever gets that version), so a copy taken at it stays exact while the
+        object is at it. ``False`` unless the backend knows."""
+        return False
+
     @property
     def lists_in_pages(self) -> bool:
         """Whether a listing comes in pages, each a round trip (object stores): then a

@@ -70,6 +70,9 @@ class WrapperStore(Store):
     def supports_conditional_deletes(self) -> bool:
         return self.inner.supports_conditional_deletes
 
+    def version_pins_bytes(self, version: str) -> bool:
+        return self.inner.version_pins_bytes(version)
+
     @property
     def lists_in_pages(self) -> bool:
         return self.inner.lists_in_pages

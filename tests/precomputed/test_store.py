@@ -365,6 +365,23 @@ async def test_a_writer_starts_from_the_shard_it_wrote(spec: ShardingSpec) -> No
     assert await fresh.get_chunks([d]) == {d: b"if current"}
 
 
+async def test_a_raw_write_of_a_shard_drops_the_copy_kept(spec: ShardingSpec) -> None:
+    """A shard file written through the adapter by its own name (pass-through) replaces
+    the copy the adapter kept of it: the next update reads, with no failed write."""
+    inner = RecordingStore()
+    store = await filled(inner, spec)
+    a, b = ids_in(spec, 1)[:2]
+    await store.set_chunks({a: b"kept"})
+    raw = await inner.get(f"{PREFIX}/1.shard")
+    assert raw is not None
+    await store.set("1.shard", bytes(raw))  # the same bytes, another version
+    inner.writes.clear()
+    inner.stats.reset()
+    await store.set_chunks({b: b"after"})
+    assert dict(inner.stats.requests) == {"get": 1, "put": 1}
+    assert await store.get_chunks([a, b]) == {a: b"kept", b: b"after"}
+
+
 async def test_set_values_merges_into_shards(inner: Store, spec: ShardingSpec) -> None:
     """Precomputed shards have no fixed set of ids: set_values never replaces a shard."""
     store = await filled(inner, spec)

@@ -29,6 +29,7 @@ from asyncshard.errors import (
 from asyncshard.formats.zarr3.shard import IndexLayout, empty_index, encode_index, encode_shard
 from asyncshard.ranges import Range
 from asyncshard.sharding import open_sharded
+from asyncshard.sharding.engine.indexes import KEPT_SHARDS
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.store import Store
 from tests.zarr.helpers import array_doc, chunk_bytes, sharded
@@ -132,7 +133,11 @@ async def test_partial_write_merges_and_erasing_last_chunk_deletes_shard(inner: 
     await store.set("arr/c/1/1", b"first")
     await store.set("arr/c/1/2", b"second")
     inner.stats.reset()
-    await store.set("arr/c/1/1", b"replaced")
+    await store.set("arr/c/1/1", b"replaced")  # merged into the shard as this store wrote it
+    assert inner.stats.requests["get"] == 0 and inner.stats.requests["put"] == 1
+    other = await sharded(inner, DOC)  # another writer reads the shard first
+    inner.stats.reset()
+    await other.set("arr/c/1/1", b"replaced")
     assert inner.stats.requests["get"] == 1 and inner.stats.requests["put"] == 1
     assert await store.get("arr/c/1/1") == b"replaced"
     assert await store.get("arr/c/1/2") == b"second"
@@ -141,6 +146,37 @@ async def test_partial_write_merges_and_erasing_last_chunk_deletes_shard(inner: 
     await store.erase_values(["arr/c/1/2"])
     assert not await inner.exists("arr/c/0/0")
     assert await store.get("arr/c/1/2") is None
+
+
+async def test_kept_shards_follow_the_adapters_own_changes(inner: Store) -> None:
+    """The copy of a shard an adapter keeps goes when the adapter itself deletes the
+    shard another way (``erase_prefix``) and when it is closed: no conditional write is
+    then sent from a copy that is gone."""
+    store = await sharded(inner, DOC)
+    await store.set("arr/c/1/1", b"first")
+    assert KEPT_SHARDS.peek((store.indexes.namespace, "arr/c/0/0")) is not None
+    await store.erase_prefix("arr/")
+    inner.stats.reset()
+    await store.set("arr/c/1/1", b"again")
+    assert inner.stats.requests["put"] == 1  # no failed write from a copy first
+    assert await store.get("arr/c/1/1") == b"again"
+    await store.close()
+    assert KEPT_SHARDS.peek((store.indexes.namespace, "arr/c/0/0")) is None
+
+
+async def test_writers_taking_turns_on_a_shard_stop_keeping_it(inner: Store) -> None:
+    """Two adapters (two processes) updating one shard in turn: each one's kept copy is
+    always out of date, so after one failed write from it a writer keeps none for a
+    while and every update is one read and one write."""
+    a, b = await sharded(inner, DOC), await sharded(inner, DOC)
+    await a.set("arr/c/0/0", b"a")
+    await b.set("arr/c/0/1", b"b")
+    inner.stats.reset()
+    for n in range(10):
+        await a.set("arr/c/0/0", b"a%d" % n)
+        await b.set("arr/c/0/1", b"b%d" % n)
+    assert inner.stats.requests["put"] <= 20 + 2  # at most one failed write per writer
+    assert await a.get("arr/c/0/1") == b"b9" and await b.get("arr/c/0/0") == b"a9"
 
 
 async def test_rewritten_shard_never_yields_wrong_bytes(inner: Store) -> None:

@@ -73,6 +73,9 @@ class MemoryStore(Store):
     def supports_conditional_deletes(self) -> bool:
         return True
 
+    def version_pins_bytes(self, version: str) -> bool:
+        return True  # a counter, never reused
+
     async def _erase_if_match(self, key: str, version: str) -> None:
         entry = self._objects.get(key)
         check_condition(key, entry and entry[1], version, False)

@@ -49,13 +49,15 @@ async def read_merge_write(
     written: Callable[[BytesLike | None, str | None], None],
     empty_shard: Callable[[], bytes],
     known: GetResult | None = None,
+    stale: Callable[[], None] = lambda: None,
 ) -> str | None:
     """Update one shard: read it whole, ``rebuild`` it, write it back conditionally.
 
-    ``known``: the shard as this process last wrote it, used by the first attempt
-    instead of a read. The write is conditional on its version, so a change by anyone
-    else meanwhile fails it and the next attempt reads; when ``rebuild`` changes nothing
-    (the callers' own conditions failed), they are judged again on a read.
+    ``known``: the shard as the caller last wrote it, used by the first attempt instead
+    of a read. The write is conditional on its version, so a change by anyone else
+    meanwhile fails it (``stale()`` is called) and the next attempt reads; when
+    ``rebuild`` changes nothing (the callers' own conditions failed), they are judged
+    again on a read.
 
     ``rebuild(current)`` (``None`` when the shard does not exist) returns the new shard
     bytes, ``None`` when no chunk is left, or :data:`UNCHANGED` to write nothing. The
@@ -67,10 +69,15 @@ async def read_merge_write(
     :func:`replace_shard` says.
     """
 
+    from_known = False
+
     async def attempt() -> str | None:
-        nonlocal known
+        nonlocal known, from_known
+        if from_known:  # the attempt from the kept copy conflicted
+            stale()
         current, known = known, None
         read = current is None
+        from_known = not read
         if read:
             current = await inner.get_object(shard_key)
         new = rebuild(current)

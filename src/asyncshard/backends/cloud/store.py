@@ -226,6 +226,9 @@ class CloudStore(Store):
     def supports_conditional_writes(self) -> bool:
         return self.supports_writes and self._conditional
 
+    def version_pins_bytes(self, version: str) -> bool:
+        return True  # an ETag (of the content, or unique per write) or a GCS generation
+
     @property
     def lists_in_pages(self) -> bool:
         return True

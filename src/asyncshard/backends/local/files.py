@@ -38,6 +38,8 @@ PROC_FD = os.path.isdir("/proc/self/fd")
 VERSION_XATTR = "user.asyncshard.version"
 #: errnos of ``getxattr`` meaning "no token here": none set, or no xattrs on this file system.
 _NO_TOKEN_ERRNOS = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM})
+#: Versions made of a token start with it (``inode-mtime-size`` ones are hex digits).
+TOKEN_PREFIX = "t"
 
 
 # -- versions -------------------------------------------------------------------------
@@ -71,7 +73,9 @@ def token_of(target: int | str) -> str | None:
 
 def meta_of(key: str, st: os.stat_result, token: str | None = None) -> ObjectMeta:
     """The object metadata of a file: version ``t<token>``, else ``inode-mtime-size``."""
-    version = f"t{token}" if token else f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+    version = (
+        f"{TOKEN_PREFIX}{token}" if token else f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+    )
     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
     return ObjectMeta(key, st.st_size, version, modified)
 
@@ -111,7 +115,7 @@ def newer_than(fd: int, st: os.stat_result, current: ObjectMeta | None) -> os.st
     """Without tokens, give the temp file an mtime later than the object it replaces
     (the lock is held), so ``inode-mtime-size`` versions of a key only grow even where
     timestamps are coarse and inodes are reused."""
-    if current is None or not current.version or current.version.startswith("t"):
+    if current is None or not current.version or current.version.startswith(TOKEN_PREFIX):
         return st
     previous = int((current.version or "0-0-0").split("-")[1], 16)
     if st.st_mtime_ns > previous:

@@ -124,6 +124,10 @@ class ShardedAdapter(WrapperStore, Generic[C]):
                 routed.by_shard.setdefault(loc.shard_key, []).append((i, loc.chunk))
         return routed
 
+    async def _close(self) -> None:
+        self.indexes.forget_all()  # its indexes and kept shards: nobody asks for them again
+        await super()._close()
+
     def _pass_through(self, key: str) -> str:
         """A pass-through key's key in the wrapped store; a raw write or delete of a shard
         object drops its cached index."""

@@ -6,6 +6,10 @@ the shard's": answers not checked by a data read ("no such chunk", ``head``) com
 index at most ``recheck_after`` seconds old, an older one is revalidated with one
 ``head`` of the shard per window (single-flight); a read that finds its shard changed
 raises :class:`Stale`, and :meth:`ShardIndexes.retry_stale` is the one retry loop.
+
+It also keeps the shards the adapter wrote last (:meth:`ShardIndexes.keep`), for its
+next read-merge-write of them, in one process-wide budget (:data:`KEPT_SHARDS`): every
+way the adapter learns a shard changed (``forget``, ``forget_all``) drops them too.
 """
 
 from __future__ import annotations
@@ -20,12 +24,20 @@ from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import ConflictError
 from asyncshard.sharding.common import new_namespace
 from asyncshard.sharding.engine.strategy import C, Found, ShardFormat
-from asyncshard.store import BytesLike, Store
+from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store
 
 __all__ = ["STALE_RETRIES", "ShardIndexes", "Stale"]
 
 #: Reads retried with a fresh index before a shard that keeps changing is read whole.
 STALE_RETRIES = 3
+
+#: Shards adapters wrote last, kept for their next read-merge-write (process-wide
+#: budget, least recently written out first).
+KEPT_SHARDS = LoadingCache(64 * 1024 * 1024)
+#: Seconds a shard is not kept after a kept copy of it turned out stale (another writer
+#: takes turns on it: each update would pay a failed write before its read).
+KEEP_PAUSE = 10.0
+_MAX_PAUSED = 1024
 
 T = TypeVar("T")
 
@@ -64,6 +76,7 @@ class ShardIndexes(Generic[C]):
         self.recheck_after = recheck_after
         self.namespace = new_namespace(fmt.kind)
         self._rechecks: dict[str, asyncio.Task[bool]] = {}
+        self._paused: dict[str, float] = {}  # shard key -> monotonic time keeping resumes
 
     # -- IndexIO ------------------------------------------------------------------------
 
@@ -96,12 +109,47 @@ class ShardIndexes(Generic[C]):
         self.cache.touch((self.namespace, *self.format.index_name(shard_key)), entry)
 
     def forget(self, shard_key: str) -> None:
-        """Drop a shard's top-level index (deeper entries are keyed by its version)."""
+        """Drop a shard's top-level index (deeper entries are keyed by its version) and
+        its kept copy."""
         self.cache.invalidate((self.namespace, *self.format.index_name(shard_key)))
+        KEPT_SHARDS.invalidate((self.namespace, shard_key))
 
     def forget_all(self) -> None:
-        """Drop every index of this adapter."""
+        """Drop every index and kept shard of this adapter."""
         self.cache.invalidate_namespace(self.namespace)
+        KEPT_SHARDS.invalidate_namespace(self.namespace)
+
+    # -- shards kept as written -----------------------------------------------------------
+
+    def keep(self, shard_key: str, shard: BytesLike, version: str | None) -> None:
+        """Keep a shard just written at ``version`` where a copy can be trusted by
+        version: conditional writes, and versions that pin the bytes."""
+        inner = self.inner
+        trusted = version is not None and inner.supports_conditional_writes
+        if not trusted or not inner.version_pins_bytes(version or ""):
+            return
+        if shard_key in self._paused:
+            if time.monotonic() < self._paused[shard_key]:
+                return
+            del self._paused[shard_key]
+        data = shard if isinstance(shard, bytes | memoryview) else bytes(shard)
+        KEPT_SHARDS.put((self.namespace, shard_key), data, version, len(data))
+
+    def take_kept(self, shard_key: str) -> GetResult | None:
+        """The kept copy of a shard, if any (taken: a write keeps its result anew)."""
+        entry = KEPT_SHARDS.peek((self.namespace, shard_key))
+        if entry is None:
+            return None
+        KEPT_SHARDS.invalidate((self.namespace, shard_key))
+        return GetResult(entry.value, ObjectMeta(shard_key, entry.nbytes, entry.version))
+
+    def kept_was_stale(self, shard_key: str) -> None:
+        """A kept copy of the shard was out of date: keep none of it for a while."""
+        if len(self._paused) >= _MAX_PAUSED:
+            now = time.monotonic()
+            self._paused = {k: t for k, t in self._paused.items() if t > now}
+        if len(self._paused) < _MAX_PAUSED:
+            self._paused[shard_key] = time.monotonic() + KEEP_PAUSE
 
     def remember(self, shard_key: str, shard: BytesLike, version: str | None) -> None:
         """Cache the index of a shard at hand; without a version (a later rewrite could not

@@ -15,8 +15,6 @@ from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
-from cachetools import LRUCache
-
 from asyncshard.errors import ConflictError
 from asyncshard.sharding.batching import Batcher
 from asyncshard.sharding.common import UNCHANGED, Unchanged, read_merge_write
@@ -58,11 +56,6 @@ def if_version(
     return change
 
 
-#: Bytes of shards a writer keeps as it last wrote them: its next read-merge-write of
-#: one starts from them instead of reading the shard again (conditionally on their
-#: version, so a change by anyone else in between costs that attempt and a read).
-RECENT_SHARD_BYTES = 64 * 1024 * 1024
-
 #: The "current value" handed to unconditional changes of a whole-shard write.
 _NO_CURRENT: Current[Any] = Current(None, None, None, "", None)
 
@@ -86,22 +79,15 @@ class ShardWrites(Generic[C]):
         self._batches: Batcher[_Write[C], str | None] = Batcher(
             self._write_shard, lambda write: write.shard_key, settle_on_cancel=True
         )
-        self._recent: LRUCache[str, GetResult] = LRUCache(
-            RECENT_SHARD_BYTES, getsizeof=lambda r: len(r.data)
-        )
 
     def _wrote(self, shard_key: str, shard: BytesLike | None, version: str | None) -> None:
-        """Remember a shard just written (``None``: deleted) for the index cache and for
-        the next read-merge-write of it (only where writes can be conditional)."""
-        self._recent.pop(shard_key, None)
+        """Remember a shard just written (``None``: deleted): its index, and the shard
+        itself for the next read-merge-write of it (:meth:`ShardIndexes.keep`)."""
         if shard is None:
             self.indexes.forget(shard_key)
             return
         self.indexes.remember(shard_key, shard, version)
-        keep = version is not None and self.inner.supports_conditional_writes
-        if keep and len(shard) <= RECENT_SHARD_BYTES:
-            data = shard if isinstance(shard, bytes | memoryview) else bytes(shard)
-            self._recent[shard_key] = GetResult(data, ObjectMeta(shard_key, len(data), version))
+        self.indexes.keep(shard_key, shard, version)
 
     async def submit(
         self, key: str, shard_key: str, chunk: C, change: Change, *, conditional: bool
@@ -127,7 +113,6 @@ class ShardWrites(Generic[C]):
         fmt = self.format
         shard = fmt.build(shard_key, {c: fmt.encode(v) for c, v in raw.items()})
         self.indexes.forget(shard_key)
-        self._recent.pop(shard_key, None)
         version = await self.inner.set(shard_key, shard)
         self._wrote(shard_key, shard, version)
         return version
@@ -164,14 +149,14 @@ class ShardWrites(Generic[C]):
             self.indexes.forget(shard_key)
             return fmt.build(shard_key, chunks) if chunks else None
 
-        known = self._recent.pop(shard_key, None)
         version = await read_merge_write(
             self.inner,
             shard_key,
             rebuild,
             lambda shard, version: self._wrote(shard_key, shard, version),
             fmt.empty_shard,
-            known,
+            known=self.indexes.take_kept(shard_key),
+            stale=lambda: self.indexes.kept_was_stale(shard_key),
         )
         return version, dict(failed)
 
@@ -210,7 +195,6 @@ class ShardWrites(Generic[C]):
         if plain or whole:
             for shard_key in whole:
                 self.indexes.forget(shard_key)
-                self._recent.pop(shard_key, None)
             keys = [*plain, *(k for s in whole for k, _ in by_shard[s])]
             jobs.append((keys, self.inner.erase_values([*plain, *whole])))
         for shard_key, members in by_shard.items():
