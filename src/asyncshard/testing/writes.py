@@ -82,6 +82,22 @@ class WriteConformance(ConformanceBase):
             await store.set(never, b"x", if_match=meta1.version)
         assert await store.get(never) is None
 
+    async def test_versions_that_pin_bytes_differ_for_other_bytes(
+        self, conditional: Harness
+    ) -> None:
+        """A version the store says pins the bytes never names other bytes: not after an
+        overwrite, nor after a delete and a new write of the same size."""
+        store, key = conditional.store, conditional.key("k")
+        seen: dict[str, bytes] = {}
+        for value in (b"aaaa", b"bbbb", b"cccc"):
+            version = await store.set(key, value)
+            if version is None:
+                meta = await store.head(key)
+                version = None if meta is None else meta.version
+            if version is not None and store.version_pins_bytes(version):
+                assert seen.setdefault(version, value) == value
+            await store.erase_values([key])
+
     async def test_concurrent_conditional_writes_have_one_winner(
         self, conditional: Harness
     ) -> None:
