@@ -125,8 +125,9 @@ class ShardIndexes(Generic[C]):
         """Keep a shard just written at ``version`` where a copy can be trusted by
         version: conditional writes, and versions that pin the bytes."""
         inner = self.inner
-        trusted = version is not None and inner.supports_conditional_writes
-        if not trusted or not inner.version_pins_bytes(version or ""):
+        if version is None or not inner.supports_conditional_writes:
+            return
+        if not inner.version_pins_bytes(version):
             return
         if shard_key in self._paused:
             if time.monotonic() < self._paused[shard_key]:
