@@ -111,6 +111,15 @@ def range_of(
     return meta, start, end
 
 
+def data_of(fd: int) -> bytes | None:
+    """The whole content of an open file, without its version; ``None`` unless it is a
+    regular file."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return os.pread(fd, st.st_size, 0) if st.st_size else b""
+
+
 def newer_than(fd: int, st: os.stat_result, current: ObjectMeta | None) -> os.stat_result:
     """Without tokens, give the temp file an mtime later than the object it replaces
     (the lock is held), so ``inode-mtime-size`` versions of a key only grow even where

@@ -11,7 +11,7 @@ import asyncio
 import errno
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,7 @@ from asyncshard.backends.local.descriptors import (
 from asyncshard.backends.local.files import (
     TEMP_MAX_AGE,
     TOKEN_PREFIX,
+    data_of,
     is_missing,
     range_of,
     to_completion,
@@ -186,12 +187,23 @@ class LocalStore(Store):
     ) -> GetResult | None:
         """Read the range of the open file ``fd`` (closed here); ``None`` unless a file.
         ``folder`` and ``name`` (when it is not already the whole path) name it in errors."""
-        try:
+
+        def read(fd: int) -> GetResult | None:
             found = range_of(fd, key, byte_range, if_match)
             if found is None:
                 return None
             meta, start, end = found
             return GetResult(os.pread(fd, end - start, start) if end > start else b"", meta)
+
+        return self._closing(fd, key, folder, name, read)
+
+    def _closing(
+        self, fd: int, key: str, folder: str, name: str, read: Callable[[int], T | None]
+    ) -> T | None:
+        """``read(fd)``, then close ``fd``; a vanished file reads as ``None``, other
+        errors name the key and the path."""
+        try:
+            return read(fd)
         except OSError as exc:
             if is_missing(exc):
                 return None
@@ -200,12 +212,13 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    def _read_batch(self, keys: Sequence[str]) -> list[GetResult | None]:
-        """Whole objects, each opened relative to its folder's checked descriptor."""
+    def _read_batch(self, keys: Sequence[str]) -> list[Data | None]:
+        """Whole objects (bytes alone), each opened relative to its folder's checked
+        descriptor."""
         with FolderFds(self._root) as folders:
             return [self._read_in(key, folders) for key in keys]
 
-    def _read_in(self, key: str, folders: FolderFds) -> GetResult | None:
+    def _read_in(self, key: str, folders: FolderFds) -> Data | None:
         parent, _, name = key.rpartition("/")
         folder, dfd = folders.get(parent, key)
         if dfd is None:
@@ -214,16 +227,16 @@ class LocalStore(Store):
             fd = os.open(name, READ_FLAGS, dir_fd=dfd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # the name is a link (an alias): full resolution
-                return self._read(key, None, None)
+                found = self._read(key, None, None)
+                return None if found is None else found.data
             if is_missing(exc):
                 return None
             raise self._root.error(exc, key, "read", os.path.join(folder, name)) from exc
-        return self._read_open(fd, key, None, None, folder, name)
+        return self._closing(fd, key, folder, name, data_of)  # bytes alone: no version
 
     async def _get_many(self, keys: Sequence[str]) -> list[Data | None]:
         async with self._batch_threads.get():  # held until the thread ends, even if cancelled
-            results = await self._bounded(to_completion(self._read_batch, keys))
-        return [None if r is None else r.data for r in results]
+            return await self._bounded(to_completion(self._read_batch, keys))
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._root.meta, key)
