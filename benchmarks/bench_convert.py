@@ -154,6 +154,27 @@ def sharded_codecs(chunk: int, shard: int | None) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- one run (child)
 
 
+def file_system(path: Path) -> str:
+    """The file system holding ``path``: type, mount options and whether it journals
+    (an ext4 without a journal discards freed blocks inside each unlink)."""
+    best = ("", "?", "")
+    with contextlib.suppress(OSError), open("/proc/mounts") as mounts:
+        for line in mounts:
+            device, point, kind, options = line.split()[:4]
+            where = str(path.resolve())
+            inside = where == point or where.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best[0]):
+                best = (point, kind, options + f" ({device})")
+    point, kind, options = best
+    if kind == "ext4":
+        device = options.rsplit("(", 1)[-1].rstrip(")").removeprefix("/dev/")
+        with contextlib.suppress(OSError):
+            journals = os.listdir("/proc/fs/jbd2")
+            journaled = any(n.startswith(device + "-") for n in journals)
+            kind += ", journaled" if journaled else ", no journal"
+    return f"{kind} at {point}: {options}"
+
+
 def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run one job in this (fresh) process; return wall and CPU seconds."""
     import resource
@@ -498,7 +519,8 @@ def main() -> None:
         with bench.backend():
             jobs = build_jobs(bench, args, work)
             bench.run(jobs)
-            report(jobs, f"{args.backend} backend, median of {args.rounds} rounds")
+            where = f"; {file_system(work)}" if args.backend == "local" else ""
+            report(jobs, f"{args.backend} backend, median of {args.rounds} rounds{where}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
