@@ -13,8 +13,10 @@ import pytest
 from asyncshard.backends import MemoryStore
 from asyncshard.buffers import BytesLike
 from asyncshard.cache import LoadingCache
+from asyncshard.sharding.engine.indexes import KEPT_SHARDS
 from asyncshard.sharding.volume import PrecomputedVolume
 from asyncshard.views import UnshardedView
+from asyncshard.views.datasets import Dataset
 from asyncshard.views.gate import WriteGate
 from tests.precomputed.test_store import volume_store
 from tests.zarr_python.helpers import sharded_doc
@@ -190,3 +192,51 @@ async def test_a_precomputed_shard_written_whole_leaves_at_once() -> None:
     writes = (view.set(f"data/vol/8_8_8/{n}", n.encode()) for n in members)
     await asyncio.wait_for(asyncio.gather(*writes), 5)
     assert inner.stats.requests == {"put": 1}
+
+
+def _kept(dataset: Dataset, shard_key: str) -> bool:
+    """Whether the dataset's sharded store keeps a copy of ``shard_key``."""
+    (scope,) = dataset.scopes
+    return KEPT_SHARDS.peek((scope.store.indexes.namespace, shard_key)) is not None
+
+
+async def _dataset(view: UnshardedView) -> Dataset:
+    node = await view.folders.find("a/c/0")
+    assert node is not None and node.dataset is not None
+    return node.dataset
+
+
+async def test_closing_the_view_drops_the_shards_its_datasets_kept() -> None:
+    _, view = await _view(window=0)
+    await view.set("a/c/0", b"\1\1")
+    dataset = await _dataset(view)
+    assert _kept(dataset, "a/c/0")
+    await view.close()
+    assert not _kept(dataset, "a/c/0")
+
+
+async def test_a_dataset_erased_through_the_view_keeps_no_shard() -> None:
+    """``erase_prefix`` at an array's folder deletes its shards in the wrapped store; an
+    array made again there with the same metadata (the same sharded store, reused) does
+    not first try a conditional write from the copy of a shard that is gone."""
+    inner, view = await _view(window=0)
+    await view.set("a/c/0", b"\1\1")
+    dataset = await _dataset(view)
+    await view.erase_prefix("a/")
+    assert not _kept(dataset, "a/c/0")
+    await inner.set("a/zarr.json", json.dumps(ARRAY).encode())
+    assert await _dataset(view) is dataset  # the same stores
+    inner.stats.reset()
+    await view.set("a/c/0", b"\2\2")
+    assert inner.stats.requests["put"] == 1  # no failed write from a copy first
+    assert await view.get("a/c/0") == b"\2\2"
+
+
+async def test_a_dataset_reopened_with_other_shards_drops_what_the_old_one_kept() -> None:
+    inner, view = await _view(window=0)
+    await view.set("a/c/0", b"\1\1")
+    old = await _dataset(view)
+    await inner.set("a/zarr.json", json.dumps(sharded_doc(shard=4)).encode())
+    view.folders.invalidate("a/")
+    assert await _dataset(view) is not old
+    assert not _kept(old, "a/c/0")

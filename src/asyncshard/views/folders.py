@@ -101,6 +101,7 @@ class Folders:
                             previous.scopes,
                             dataset.map_back,
                         )
+                        previous = None  # its stores live on
                     node = Node(dataset, raw.meta.version, data, terminal=True)
                     break
                 node.terminal = node.terminal or is_dataset_document(data)
@@ -108,6 +109,8 @@ class Folders:
             if generation == self._generation:  # no metadata changed while we read
                 self._nodes[folder] = node
                 self._epoch += 1
+                if previous is not None and node.dataset is not previous:
+                    _forget_cached(previous)  # its stores are dropped: so are their shards
             return node
         finally:
             if self._loading.get(folder) is asyncio.current_task():
@@ -169,8 +172,23 @@ class Folders:
         folders = {f for f in [*self._nodes.keys(), *self._loading] if _related(f, prefix)}
         for folder in folders:
             self.invalidate(folder)
+            self.forget_cached(folder)
         self._generation += 1
         self._epoch += 1
+
+    def forget_cached(self, folder: str | None = None) -> None:
+        """Drop the cached indexes and kept shards of the dataset in ``folder`` (every
+        remembered dataset by default): its objects were erased, or the view closes."""
+        folders = list(self._nodes.keys()) if folder is None else [folder]
+        for name in folders:
+            node = self._nodes.get(name)
+            if node is not None and node.dataset is not None:
+                _forget_cached(node.dataset)
+
+
+def _forget_cached(dataset: Dataset) -> None:
+    for scope in dataset.scopes:
+        scope.store.forget_cached()
 
 
 def _related(folder: str, prefix: str) -> bool:

@@ -796,6 +796,10 @@ class UnshardedView(WrapperStore):
         finally:
             self.folders.invalidate_around(prefix)
 
+    async def _close(self) -> None:
+        self.folders.forget_cached()  # the datasets' indexes and kept shards
+        await super()._close()
+
 
 def _document(node: Node, key: str, byte_range: ByteRange | None) -> GetResult:
     """The rewritten metadata document of the node's dataset (or a range of it)."""

@@ -124,8 +124,13 @@ class ShardedAdapter(WrapperStore, Generic[C]):
                 routed.by_shard.setdefault(loc.shard_key, []).append((i, loc.chunk))
         return routed
 
+    def forget_cached(self) -> None:
+        """Drop this adapter's cached indexes and the shards it kept; the wrapped store
+        stays open (for whoever owns it, such as a view)."""
+        self.indexes.forget_all()
+
     async def _close(self) -> None:
-        self.indexes.forget_all()  # its indexes and kept shards: nobody asks for them again
+        self.forget_cached()  # its indexes and kept shards: nobody asks for them again
         await super()._close()
 
     def _pass_through(self, key: str) -> str:
@@ -336,7 +341,7 @@ class ShardedAdapter(WrapperStore, Generic[C]):
             # the same string prefix in the wrapped store: every shard, and nothing else
             # that does not start with it (list_source may be wider: never used here)
             await self.inner.erase_prefix(self.format.inner_key(prefix))
-            self.indexes.forget_all()
+            self.forget_cached()
             return
         await self.erase_values([k async for k in self.list_prefix(prefix)])
 
