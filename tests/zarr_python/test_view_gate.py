@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import pytest
 
@@ -240,3 +241,45 @@ async def test_a_dataset_reopened_with_other_shards_drops_what_the_old_one_kept(
     view.folders.invalidate("a/")
     assert await _dataset(view) is not old
     assert not _kept(old, "a/c/0")
+
+
+def test_event_loops_running_at_once_keep_their_own_groups() -> None:
+    """Two threads, each with its own event loop, write group ``k`` through one gate at
+    the same time: each loop's two writes complete its group and leave at once (a gate
+    that kept one loop's state at a time dropped the first loop's waiting write)."""
+    gate = WriteGate(window=30, max_wait=30)
+    first_in, other_done = threading.Event(), threading.Event()
+    results: dict[str, object] = {}
+
+    def pair(tags: Sequence[Hashable]) -> bool:
+        return len(tags) == 2
+
+    async def writes(name: str, *, pause: bool) -> list[str]:
+        async def op() -> str:
+            return name
+
+        one = asyncio.ensure_future(gate.run("k", op, tag=1, complete=pair))
+        await asyncio.sleep(0)
+        if pause:  # the other loop writes while this one's first write waits
+            first_in.set()
+            await asyncio.to_thread(other_done.wait, 10)
+        two = asyncio.ensure_future(gate.run("k", op, tag=2, complete=pair))
+        return list(await asyncio.wait_for(asyncio.gather(one, two), 5))
+
+    def thread(name: str, pause: bool) -> None:
+        try:
+            if not pause:
+                first_in.wait(10)
+            results[name] = asyncio.run(writes(name, pause=pause))
+        except BaseException as exc:  # reported by the assertion below
+            results[name] = exc
+        finally:
+            if not pause:
+                other_done.set()
+
+    threads = [threading.Thread(target=thread, args=(n, n == "a")) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert results == {"a": ["a", "a"], "b": ["b", "b"]}

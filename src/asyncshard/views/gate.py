@@ -23,6 +23,9 @@ no more before these return, so the shard is written once per group of that many
 
 A waiting write whose caller is cancelled is dropped; one already released is waited for
 before the cancellation propagates (nothing the gate started outlives its caller).
+
+Each event loop has its own groups and counts (:class:`~asyncshard.limits.PerLoop`):
+writes from loops running at once in several threads are gated apart.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from asyncshard.limits import PerLoop
 
 __all__ = ["WriteGate"]
 
@@ -63,7 +68,10 @@ class WriteGate:
     docstring). ``flush_at`` returns how many writes one caller keeps waiting or running
     at most: that many per caller seen, waiting in all groups, release every idle group
     at once (``0``: every write leaves at once); ``None``: only the window and
-    ``complete`` do. ``on_cut``: see the module docstring."""
+    ``complete`` do. ``on_cut``: see the module docstring.
+
+    Groups and counts are kept per event loop: writes from loops running at once (in
+    several threads) are gated apart, each loop's touched only by its own thread."""
 
     def __init__(
         self,
@@ -79,11 +87,7 @@ class WriteGate:
         self.max_wait = max_wait
         self.flush_at = flush_at
         self.on_cut = on_cut
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._groups: dict[Hashable, _Group] = {}
-        self._waiting = 0
-        self._running = 0  # released, not finished
-        self._peak = 0  # most writes waiting or running at once since a batch ended
+        self._gates = PerLoop(lambda: _LoopGate(self))
 
     async def run(
         self,
@@ -94,10 +98,27 @@ class WriteGate:
         complete: Complete | None = None,
     ) -> T:
         """``await op()`` released together with the other writes of group ``key``."""
+        return await self._gates.get().run(key, op, tag, complete)
+
+
+class _LoopGate:
+    """The groups and counts of one event loop's writes through a :class:`WriteGate`."""
+
+    def __init__(self, gate: WriteGate) -> None:
+        self.gate = gate
+        self._groups: dict[Hashable, _Group] = {}
+        self._waiting = 0
+        self._running = 0  # released, not finished
+        self._peak = 0  # most writes waiting or running at once since a batch ended
+
+    async def run(
+        self,
+        key: Hashable,
+        op: Callable[[], Awaitable[T]],
+        tag: Hashable,
+        complete: Complete | None,
+    ) -> T:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new event loop: nothing of the old one carries over
-            self._loop, self._groups = loop, {}
-            self._waiting = self._running = self._peak = 0
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
@@ -140,7 +161,7 @@ class WriteGate:
         loop = asyncio.get_running_loop()
         if group.timer is not None:
             group.timer.cancel()
-        delay = max(0.0, min(self.window, group.first + self.max_wait - loop.time()))
+        delay = max(0.0, min(self.gate.window, group.first + self.gate.max_wait - loop.time()))
         group.timer = loop.call_later(delay, self._fire, key, group)
 
     def _release_idle(self) -> None:
@@ -156,9 +177,10 @@ class WriteGate:
         running; more at once (since the last batch ended) means more callers, and each
         may still submit up to that many, so the limit is that many per caller seen.
         """
-        if self.flush_at is None:
+        flush_at = self.gate.flush_at
+        if flush_at is None:
             return None
-        per_caller = self.flush_at()
+        per_caller = flush_at()
         if per_caller <= 0:
             return 0
         return per_caller * max(1, -(-self._peak // per_caller))
@@ -183,10 +205,11 @@ class WriteGate:
         if group.timer is not None:
             group.timer.cancel()
             group.timer = None
-        if self.on_cut is not None and self._cut_short(group):
+        on_cut = self.gate.on_cut
+        if on_cut is not None and self._cut_short(group):
             # a callback of its own: what it raises (a warning filtered into an error)
             # reaches the loop's exception handler, not the writes
-            asyncio.get_running_loop().call_soon(self.on_cut, key)
+            asyncio.get_running_loop().call_soon(on_cut, key)
         batch, group.pending, group.tags = group.pending, [], []
         self._waiting -= len(batch)
         self._running += len(batch)
