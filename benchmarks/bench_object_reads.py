@@ -12,6 +12,8 @@ process and on the event loop of ``--loop``:
 * ``asyncshard get_many, UnshardedView``: the same through the view that presents
   sharded arrays unsharded (``ZarrStore``'s ``inner-chunks`` mode), which passes these
   keys (no dataset's chunks) through to the store;
+* ``asyncshard get_many, from_obspec``: the same through an obstore ``S3Store`` wrapped
+  as a Store (``from_obspec``: what a caller handing asyncshard an obspec client gets);
 * ``obstore get_async + bytes_async``: the read that returns the object's metadata
   (two hand-offs from obstore's threads to the event loop);
 * ``obstore get_range_async``: one hand-off (a range open to the end);
@@ -72,6 +74,7 @@ def readers(server: S3Server) -> dict[str, Reader]:
     import tensorstore as ts
 
     from asyncshard import open_store
+    from asyncshard.obspec import from_obspec
     from asyncshard.views import UnshardedView
 
     store = open_store(f"s3://{server.bucket}/{BASE}", **server.options())
@@ -119,6 +122,7 @@ def readers(server: S3Server) -> dict[str, Reader]:
         "asyncshard get_many": store.get_many,
         "asyncshard get, 32": get_each,
         "asyncshard get_many, UnshardedView": view.get_many,
+        "asyncshard get_many, from_obspec": from_obspec(raw).get_many,
         "obstore get_async + bytes_async": bounded(two_calls),
         "obstore get_range_async": bounded(one_call),
         "tensorstore kvstore read": ts_read,

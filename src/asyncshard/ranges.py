@@ -70,6 +70,24 @@ def resolve(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
     return start, end
 
 
+#: The end of a range that reads to the end of an object: far past any object's size and
+#: below 2^63, which servers that parse a range into a signed 64-bit integer accept.
+TO_THE_END = 1 << 62
+
+
+def bounded_span(byte_range: ByteRange | None) -> tuple[int, int] | None:
+    """``byte_range`` as the ``(start, end)`` of one ranged request with both ends given
+    (the whole object and an offset reach ``TO_THE_END``); ``None`` for a suffix or an
+    empty range, which such a request cannot ask for."""
+    if byte_range is None:
+        return 0, TO_THE_END
+    if isinstance(byte_range, Offset):
+        return (byte_range.offset, TO_THE_END) if byte_range.offset < TO_THE_END else None
+    if isinstance(byte_range, Range) and byte_range.end > byte_range.start:
+        return byte_range.start, byte_range.end
+    return None
+
+
 def parse_range(text: str) -> ByteRange:
     """Parse ``A-B`` (end exclusive), ``A-`` (offset) or ``-N`` (suffix)."""
     head, sep, tail = text.strip().partition("-")

@@ -9,7 +9,6 @@ import pytest
 
 from asyncshard.backends import open_store, supported_schemes
 from asyncshard.backends.cloud import CLOUD_MAX_GAP, CLOUD_MAX_REQUEST, CloudStore
-from asyncshard.backends.cloud.store import TO_THE_END
 from asyncshard.backends.cloud.versions import decode_version, encode_version
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import (
@@ -21,7 +20,7 @@ from asyncshard.errors import (
     UnknownSchemeError,
     UnsupportedOperationError,
 )
-from asyncshard.ranges import Offset, Range, Suffix
+from asyncshard.ranges import TO_THE_END, Offset, Range, Suffix
 from tests.servers.fixtures import TEST_BUCKET, s3_store_on, unique_prefix, write_files
 from tests.servers.gcs_fake import FakeGCS, service_account_key
 from tests.servers.http_static import StaticServer

@@ -7,9 +7,8 @@ from collections import Counter
 
 import pytest
 
-from asyncshard.backends.cloud.store import TO_THE_END
 from asyncshard.cache import LoadingCache
-from asyncshard.ranges import Offset, Range, Suffix, coalesce
+from asyncshard.ranges import TO_THE_END, Offset, Range, Suffix, coalesce
 from asyncshard.sharding.common import read_json
 from asyncshard.sharding.zarr import ZarrShardedStore
 from asyncshard.views import UnshardedView

@@ -37,7 +37,15 @@ from asyncshard.errors import (
     UnsupportedOperationError,
 )
 from asyncshard.fanout import gather_settled
-from asyncshard.ranges import MAX_OVERFETCH, ByteRange, Offset, Range, Suffix, resolve
+from asyncshard.ranges import (
+    MAX_OVERFETCH,
+    ByteRange,
+    Offset,
+    Range,
+    Suffix,
+    bounded_span,
+    resolve,
+)
 from asyncshard.store import (
     DEFAULT_MAX_CONCURRENCY,
     BytesLike,
@@ -66,9 +74,6 @@ SERVER_SIDE_COPY = frozenset({"s3", "gs"})
 MAX_SERVER_SIDE_COPY = 5 << 30
 
 
-#: The end of a range that reads to the end of an object: far past any object's size and
-#: below 2^63, which servers that parse a range into a signed 64-bit integer accept.
-TO_THE_END = 1 << 62
 #: Kinds whose unconditioned reads take one call (``_get_data``): those whose servers the
 #: tests show answering a range open past the end. No Azure server runs in the tests.
 ONE_CALL_KINDS = frozenset({"s3", "gs", "http"})
@@ -352,15 +357,7 @@ class CloudStore(Store):
 
     def _one_call_span(self, byte_range: ByteRange | None) -> tuple[int, int] | None:
         """The ``(start, end)`` of a one-call read of ``byte_range``, or ``None``."""
-        if not self._one_call:
-            return None
-        if byte_range is None:
-            return 0, TO_THE_END
-        if isinstance(byte_range, Offset) and byte_range.offset < TO_THE_END:
-            return byte_range.offset, TO_THE_END
-        if isinstance(byte_range, Range) and byte_range.end > byte_range.start:
-            return byte_range.start, byte_range.end
-        return None
+        return bounded_span(byte_range) if self._one_call else None
 
     async def _read(
         self, key: str, byte_range: ByteRange | None, if_match: str | None, *, after_head: bool
