@@ -204,6 +204,7 @@ def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
             coro = lambda: reshard_async(src, args["shard"], separator=kept, **options)  # noqa: E731
         from asyncshard import loops
 
+        loops.loop_factory()  # imports the loop (uvloop: 25 ms) before the clock starts
         run = lambda: loops.run(coro())  # noqa: E731  # the loop of asyncshard's commands
     elif job == "tensorstore":
         import tensorstore as ts
