@@ -99,13 +99,13 @@ async def test_metadata_of_a_whole_file_is_remembered_until_it_changes(
     await store.set("flat", b"0123456789")
     first = answered(store.get_now("flat"))
     tokens: list[object] = []
-    real = descriptors.token_of
+    real = descriptors.tag_of
 
-    def counting(target: int | str) -> str | None:
+    def counting(target: int | str) -> files.Tag:
         tokens.append(target)
         return real(target)
 
-    monkeypatch.setattr(descriptors, "token_of", counting)
+    monkeypatch.setattr(descriptors, "tag_of", counting)
     again = answered(store.get_now("flat"))
     assert again.meta == first.meta and tokens == []
     path = tmp_path / "root" / "flat"

@@ -162,14 +162,59 @@ async def test_without_tokens_a_writer_reads_the_shard_it_wrote(
         assert inner.stats.requests["get"] == (0 if tokens else 1)
 
 
+def _no_tokens(monkeypatch: pytest.MonkeyPatch, *, generations: bool) -> None:
+    """Versions as on a file system without user xattrs (and without inode generations)."""
+    monkeypatch.setattr(local_files, "set_token", lambda fd, token: False)
+    monkeypatch.setattr(local_files, "token_of", lambda target: None)
+    if not generations:
+        monkeypatch.setattr(local_files, "generation_of", lambda target: None)
+
+
+async def _rewrites_repeating_a_version(store: LocalStore, rounds: int = 30) -> int:
+    """How often a delete and a new write of the same size (same tick, the freed inode
+    reused) bring back the version the deleted object had."""
+    repeated = 0
+    for i in range(rounds):
+        old = await store.set("x", b"%08d" % i)
+        await store.erase_values(["x"])
+        repeated += await store.set("x", b"%08d" % (i + 1)) == old
+    return repeated
+
+
+async def test_without_tokens_the_inode_generation_tells_a_rewrite_apart(
+    ext2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without user xattrs, a delete and a new write of the same size in one tick get
+    the freed inode number and the same mtime: the inode's generation (drawn anew when
+    the number is used again) still makes the version new, so a reader holding the old
+    version (a cached shard index) has its conditioned read refused instead of reading
+    the new object's bytes at the old offsets."""
+    _no_tokens(monkeypatch, generations=False)
+    assert await _rewrites_repeating_a_version(LocalStore(ext2 / "plain")), (
+        "the case this is about did not happen"
+    )
+    monkeypatch.undo()
+    _no_tokens(monkeypatch, generations=True)
+    store = LocalStore(ext2 / "root")
+    assert await _rewrites_repeating_a_version(store) == 0
+    version = await store.set("y", b"01234567")
+    assert not version.startswith(local_files.TOKEN_PREFIX) and "." in version.split("-")[0]
+    for _ in range(30):
+        old = await store.set("y", b"01234567")
+        await store.erase_values(["y"])
+        await store.set("y", b"76543210")
+        with pytest.raises(ConflictError):
+            await store.get_object("y", if_match=old)
+
+
 async def test_a_shard_deleted_and_written_again_with_its_version_loses_nothing(
     ext2: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without tokens, on coarse timestamps: writer B deletes the shard writer A wrote
-    and writes it again, same size, same clock tick, freed inode reused, so it gets A's
-    version back. A's next partial update still reads the shard (a copy A kept would be
-    accepted by its conditional write and replace B's chunks)."""
-    monkeypatch.setattr(local_files, "set_token", lambda fd, token: False)
+    """Without tokens or inode generations, on coarse timestamps: writer B deletes the
+    shard writer A wrote and writes it again, same size, same clock tick, freed inode
+    reused, so it gets A's version back. A's next partial update still reads the shard
+    (a copy A kept would be accepted by its conditional write and replace B's chunks)."""
+    _no_tokens(monkeypatch, generations=False)
     inner = LocalStore(ext2 / "root")
     n = 8
     await inner.set("arr/zarr.json", json.dumps(array_doc([2 * n], [n], [1])).encode())

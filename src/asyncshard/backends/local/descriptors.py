@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from asyncshard.backends.local.files import meta_of, token_of
+from asyncshard.backends.local.files import meta_of, tag_of
 from asyncshard.backends.local.root import Root
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, resolve
@@ -212,7 +212,7 @@ class InlineReads:
             return WOULD_WAIT  # the thread path raises it, with its full resolution
         try:
             if stat.S_ISREG(st.st_mode):
-                meta = meta_of(key, st, token_of(fd))
+                meta = meta_of(key, st, tag_of(fd))
                 if len(self._metas) >= REMEMBERED_METAS:
                     self._metas.clear()
                 self._metas[key] = _Known(identity, meta, _settled(identity, seen_at))

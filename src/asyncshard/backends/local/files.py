@@ -12,6 +12,7 @@ import errno
 import fcntl
 import os
 import stat
+import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +41,12 @@ VERSION_XATTR = "user.asyncshard.version"
 _NO_TOKEN_ERRNOS = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM})
 #: Versions made of a token start with it (``inode-mtime-size`` ones are hex digits).
 TOKEN_PREFIX = "t"
+#: ``ioctl`` asking a file's inode generation (Linux ``FS_IOC_GETVERSION``: ext2/3/4,
+#: btrfs and others), a number drawn anew whenever an inode number is used again.
+FS_IOC_GETVERSION = 0x80087601 if struct.calcsize("l") == 8 else 0x80047601
+#: What versions are made of besides the size and mtime: the token (``str``), else the
+#: inode's generation (``int``), else neither (``None``).
+Tag = str | int | None
 
 
 # -- versions -------------------------------------------------------------------------
@@ -71,11 +78,46 @@ def token_of(target: int | str) -> str | None:
         return None
 
 
-def meta_of(key: str, st: os.stat_result, token: str | None = None) -> ObjectMeta:
-    """The object metadata of a file: version ``t<token>``, else ``inode-mtime-size``."""
-    version = (
-        f"{TOKEN_PREFIX}{token}" if token else f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
-    )
+def generation_of(target: int | str) -> int | None:
+    """The inode generation of an open file or a (not followed) path, where the file
+    system tells it."""
+    try:
+        if isinstance(target, int):
+            return _generation(target)
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _generation(fd)
+    finally:
+        os.close(fd)
+
+
+def _generation(fd: int) -> int | None:
+    try:
+        answer = fcntl.ioctl(fd, FS_IOC_GETVERSION, bytes(8))
+    except OSError:  # ENOTTY, EINVAL, EOPNOTSUPP: not this file system
+        return None
+    return int(struct.unpack_from("I", answer)[0])  # the kernel writes an int
+
+
+def tag_of(target: int | str) -> Tag:
+    """What an open file's or a path's version is made of: its token, else its inode
+    generation (see :func:`meta_of`)."""
+    return token_of(target) or generation_of(target)
+
+
+def meta_of(key: str, st: os.stat_result, tag: Tag = None) -> ObjectMeta:
+    """The object metadata of a file: version ``t<token>``, else
+    ``inode.generation-mtime-size`` (``inode-mtime-size`` without a generation).
+
+    Without tokens the generation tells a file from a later one that got its freed inode
+    number (a delete and a new write of the same size within one clock tick)."""
+    if isinstance(tag, str) and tag:
+        version = f"{TOKEN_PREFIX}{tag}"
+    else:
+        inode = f"{st.st_ino:x}" if not isinstance(tag, int) else f"{st.st_ino:x}.{tag:x}"
+        version = f"{inode}-{st.st_mtime_ns:x}-{st.st_size:x}"
     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
     return ObjectMeta(key, st.st_size, version, modified)
 
@@ -94,7 +136,7 @@ def meta_at(path: str, key: str, *, folder_error: bool = False) -> ObjectMeta | 
         raise
     if folder_error and stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-    return meta_of(key, st, token_of(path)) if stat.S_ISREG(st.st_mode) else None
+    return meta_of(key, st, tag_of(path)) if stat.S_ISREG(st.st_mode) else None
 
 
 def range_of(
@@ -105,7 +147,7 @@ def range_of(
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return None
-    meta = meta_of(key, st, token_of(fd))
+    meta = meta_of(key, st, tag_of(fd))
     check_condition(key, meta, if_match, False)
     start, end = resolve(byte_range, meta.size)
     return meta, start, end

@@ -18,7 +18,7 @@ from asyncshard.backends.local.files import (
     is_missing,
     meta_of,
     open_no_follow,
-    token_of,
+    tag_of,
     within,
 )
 from asyncshard.errors import (
@@ -143,7 +143,7 @@ class Root:
             return None
         try:
             st = os.fstat(fd)
-            return meta_of(key, st, token_of(fd)) if stat.S_ISREG(st.st_mode) else None
+            return meta_of(key, st, tag_of(fd)) if stat.S_ISREG(st.st_mode) else None
         except OSError as exc:
             raise self.error(exc, key, "head", path) from exc
         finally:

@@ -69,16 +69,16 @@ class FileWriter:
         try:
             fd, tmp = self._create_temp(folder, created)
             root.check_opened(fd, key)  # a folder swapped for a link to outside
-            st, token = self._write_data(fd, data)
+            st, tag = self._write_data(fd, data)
             # Unconditional writes take the lock too: erase_if_match checks and unlinks
             # under it, and must not unlink a file renamed in between.
             with locked(folder) as dfd:
                 root.check_opened(dfd, key, close=False)
                 name, tmp_name = os.path.basename(path), os.path.basename(tmp)
-                if if_match is not None or if_absent or token is None:
+                if if_match is not None or if_absent or not isinstance(tag, str):
                     current = meta_at(path, key, folder_error=True)
                     check_condition(key, current, if_match, if_absent)
-                    if token is None:
+                    if not isinstance(tag, str):
                         with opened_for_write(tmp) as tfd:
                             st = newer_than(tfd, st, current)
                 os.replace(tmp_name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -89,7 +89,7 @@ class FileWriter:
             if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
                 raise root.write_error(exc, key, path) from exc
             raise
-        return meta_of(key, st, token).version or ""
+        return meta_of(key, st, tag).version or ""
 
     def _create_stage(self, folder: str, created: list[str], key: str) -> tuple[str, int]:
         """Create a staging folder for temp files in ``folder`` (making ``folder`` if
@@ -132,20 +132,20 @@ class FileWriter:
 
     def _write_data(
         self, fd: int, data: BytesLike, *, sync: bool = True
-    ) -> tuple[os.stat_result, str | None]:
+    ) -> tuple[os.stat_result, files.Tag]:
         """Write ``data`` and a fresh version token to the temp file ``fd`` and close it:
-        ``(stat, token)``, the token ``None`` where the file system keeps no user xattrs.
-        ``fsync`` when the store is durable, unless ``sync`` is false (a group sync)."""
+        ``(stat, tag)``, the tag the token, or where the file system keeps no user xattrs
+        the inode's generation (see :func:`.files.meta_of`). ``fsync`` when the store is
+        durable, unless ``sync`` is false (a group sync)."""
         try:
             view = memoryview(data).cast("B")
             while view:
                 view = view[os.write(fd, view) :]
-            token: str | None = files.new_token()
-            if not files.set_token(fd, token or ""):
-                token = None
+            token = files.new_token()
+            tag: files.Tag = token if files.set_token(fd, token) else files.generation_of(fd)
             if self.durable and sync:
                 os.fsync(fd)
-            return os.fstat(fd), token
+            return os.fstat(fd), tag
         finally:
             os.close(fd)
 
@@ -195,8 +195,8 @@ class FileWriter:
                 fd, tmp = self._create_temp(where, created)
                 staged.append((key, tmp, path, created))
                 root.check_opened(fd, key)  # a folder swapped for a link to outside
-                st, token = self._write_data(fd, data, sync=not group_sync)
-                versions.append(meta_of(key, st, token).version)
+                st, tag = self._write_data(fd, data, sync=not group_sync)
+                versions.append(meta_of(key, st, tag).version)
             if group_sync and staged:
                 files.sync_file_system(os.path.dirname(staged[0][2]))
             while renamed < len(staged):  # each folder's run of objects under one lock
