@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import obspec
+import obstore.store
 from obspec import exceptions as obspec_errors
 
+from asyncshard.backends.cloud.errors import Failure, classify
 from asyncshard.blocking import run_blocking
 from asyncshard.errors import ConflictError, StoreBackendError, UnsupportedOperationError
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix, bounded_span, resolve
@@ -388,6 +390,21 @@ def _to_range(byte_range: ByteRange) -> Any:
     return {"suffix": byte_range.length}
 
 
+#: Clients whose ``get_range_async`` answers can be trusted by default (``ranged_reads``).
+_RANGES_CHECKED: tuple[type, ...] = (
+    obstore.store.AzureStore,
+    obstore.store.GCSStore,
+    obstore.store.HTTPStore,
+    obstore.store.LocalStore,
+    obstore.store.MemoryStore,
+    obstore.store.S3Store,
+    StoreAsObspec,
+)
+#: Failures of a ranged read that ``get_async`` answers: a range starting at or past the
+#: end (416; obstore's own stores raise untyped errors for it).
+_RANGE_REFUSALS = frozenset({Failure.UNSATISFIABLE, Failure.OTHER})
+
+
 class _RangeRefused(Exception):
     """The client refused a ranged read (the range starts at or past the end)."""
 
@@ -403,14 +420,29 @@ class ObspecClientStore(Store):
             ``UpdateVersion`` puts. A client that refuses one raises
             ``UnsupportedOperationError``; nothing is ever written unconditionally in
             place of a conditional write.
+        ranged_reads: whether reads of bytes alone may take the client's
+            ``get_range_async`` (one call instead of ``get_async`` and ``buffer_async``),
+            trusting it to answer exactly the range asked, clamped at the end, as obspec
+            says. By default only obstore's stores (object_store checks what servers
+            send) and :func:`to_obspec`'s; a client without the method never does.
     """
 
-    def __init__(self, client: Any, *, conditional_writes: bool = True, **options: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        conditional_writes: bool = True,
+        ranged_reads: bool | None = None,
+        **options: int,
+    ) -> None:
         if not is_obspec_client(client):
             raise TypeError(f"{client!r} is not an obspec client (no get_async/head_async)")
         super().__init__(**options)
         self.client = client
         self._conditional = conditional_writes
+        if ranged_reads is None:
+            ranged_reads = isinstance(client, _RANGES_CHECKED)
+        self._ranged = ranged_reads and callable(getattr(client, "get_range_async", None))
 
     def __repr__(self) -> str:
         return f"from_obspec({self.client!r})"
@@ -448,30 +480,32 @@ class ObspecClientStore(Store):
             raise StoreBackendError(f"{key}: {exc.__cause__}") from exc.__cause__
 
     async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
-        """The bytes alone, in one ``get_range_async`` call where the client has it.
+        """The bytes alone, in one ``get_range_async`` call where ``ranged_reads`` allows.
 
         ``get_async`` and then ``buffer_async`` are two awaited calls (obstore: two
         hand-offs from its threads to the event loop); a range with both ends given is
-        one, a range open to the end reading the whole object. Whatever that call
-        refuses (an empty object, a range past the end, a server answering ranges whole)
-        is read again by ``_get``, which answers it or raises; a suffix or an empty
-        range goes there at once.
+        one, a range open to the end reading the whole object. A range that call
+        refuses (an empty object, a range past the end) is read again by ``_get``, which
+        answers it; a server that answers ranges with whole objects turns the path off
+        for this store; other failures raise as ``_get``'s do. A suffix or an empty
+        range goes to ``_get`` at once.
         """
-        span = bounded_span(byte_range)
-        read = getattr(self.client, "get_range_async", None)
-        if span is not None and callable(read):
+        span = bounded_span(byte_range) if self._ranged else None
+        if span is not None:
             try:
-                data = await read(key, start=span[0], end=span[1])
+                data = await self.client.get_range_async(key, start=span[0], end=span[1])
             except Exception as exc:
-                if _kind(exc) == "NotFoundError":
+                failure = classify(exc)
+                if failure is Failure.MISSING:
                     return None
+                if failure is Failure.NOT_PARTIAL:
+                    self._ranged = False
+                elif failure not in _RANGE_REFUSALS:
+                    raise StoreBackendError(f"{key}: {exc}") from exc
+                self._count_request("get")  # the read again, below
             else:
                 view = memoryview(data)  # obstore's Bytes or any buffer, not copied
-                if view.ndim != 1 or view.format != "B":
-                    view = view.cast("B")
-                if view.nbytes <= span[1] - span[0]:  # a client that ignored the range sent more
-                    return view
-            self._count_request("get")
+                return view if view.ndim == 1 and view.format == "B" else view.cast("B")
         result = await self._get(key, byte_range, None)
         return None if result is None else result.data
 
@@ -572,6 +606,14 @@ class ObspecClientStore(Store):
         return keys, sorted(p.rstrip("/") + "/" for p in result["common_prefixes"])
 
 
-def from_obspec(client: Any, *, conditional_writes: bool = True, **options: int) -> Store:
+def from_obspec(
+    client: Any,
+    *,
+    conditional_writes: bool = True,
+    ranged_reads: bool | None = None,
+    **options: int,
+) -> Store:
     """An asyncshard Store over an obspec client (see :class:`ObspecClientStore`)."""
-    return ObspecClientStore(client, conditional_writes=conditional_writes, **options)
+    return ObspecClientStore(
+        client, conditional_writes=conditional_writes, ranged_reads=ranged_reads, **options
+    )

@@ -1,10 +1,16 @@
-"""``from_obspec`` reads: bytes alone take one ``get_range_async`` call of the client;
-what that call refuses is read again through ``get_async``, never answered wrongly."""
+"""``from_obspec`` reads: bytes alone take one ``get_range_async`` call of a client whose
+ranged answers can be trusted; what that call refuses is read again through
+``get_async``, never answered wrongly."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import http.server
+import threading
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import obstore.store
 
@@ -31,7 +37,7 @@ class Counting:
 
 async def test_bytes_alone_take_one_ranged_call() -> None:
     client = Counting()
-    async with from_obspec(client) as store:
+    async with from_obspec(client, ranged_reads=True) as store:
         await store.set("k", b"0123456789")
         client.calls.clear()
         assert await store.get("k") == b"0123456789"
@@ -45,7 +51,7 @@ async def test_bytes_alone_take_one_ranged_call() -> None:
 
 async def test_what_the_ranged_call_refuses_is_read_again() -> None:
     client = Counting()
-    async with from_obspec(client) as store:
+    async with from_obspec(client, ranged_reads=True) as store:
         await store.set("empty", b"")
         await store.set("k", b"0123456789")
         client.calls.clear()
@@ -59,7 +65,7 @@ async def test_what_the_ranged_call_refuses_is_read_again() -> None:
 
 async def test_suffixes_and_versions_take_get_async() -> None:
     client = Counting()
-    async with from_obspec(client) as store:
+    async with from_obspec(client, ranged_reads=True) as store:
         await store.set("k", b"0123456789")
         client.calls.clear()
         assert await store.get("k", Suffix(3)) == b"789"
@@ -68,8 +74,10 @@ async def test_suffixes_and_versions_take_get_async() -> None:
         assert client.calls == {"get_async": 2}
 
 
-async def test_a_client_that_ignores_the_range_is_not_believed() -> None:
-    """A client whose ranged call sends more than the range asked is read again."""
+async def test_a_client_not_known_to_answer_ranges_exactly_reads_with_get_async() -> None:
+    """A ranged answer carries no range to check it by, so only clients known to answer
+    exactly the range (obstore's stores, ``to_obspec``'s) take that call by default: one
+    that sends whole objects would otherwise pass for a range reaching past the end."""
 
     class Whole(Counting):
         def __getattr__(self, name: str) -> Any:
@@ -87,4 +95,47 @@ async def test_a_client_that_ignores_the_range_is_not_believed() -> None:
     async with from_obspec(client) as store:
         await store.set("k", b"0123456789")
         assert await store.get("k", Range(2, 5)) == b"234"
-        assert client.calls["get_range_async"] == 1 and client.calls["get_async"] == 1
+        assert await store.get("k", Range(2, 100)) == b"23456789"
+        assert await store.get("k", Offset(7)) == b"789"
+        assert await store.get("k") == b"0123456789"
+        assert client.calls["get_range_async"] == 0
+
+
+class _Log(http.server.SimpleHTTPRequestHandler):
+    """Python's file server: it answers every ``Range`` with the whole file (200)."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.requests.append(self.headers.get("Range") or "")
+        super().do_GET()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_server_answering_ranges_whole_turns_the_ranged_call_off(tmp_path: Path) -> None:
+    (tmp_path / "k").write_bytes(b"0123456789")
+    handler = functools.partial(_Log, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Log.requests = []
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        client = obstore.store.HTTPStore.from_url(url, client_options={"allow_http": True})
+
+        async def reads() -> list[bytes | None]:
+            async with from_obspec(client) as store:  # an obstore store: ranged reads
+                got = [await store.get("k"), await store.get("k")]
+                assert store.stats.requests["get"] == 3
+                return [None if g is None else bytes(g) for g in got]
+
+        assert asyncio.run(reads()) == [b"0123456789"] * 2
+        # the first read asked a range (answered whole: refused), then read it plainly;
+        # the second read asked no range
+        assert len(_Log.requests) == 3 and _Log.requests[0].startswith("bytes=0-")
+        assert _Log.requests[1:] == ["", ""]
+    finally:
+        server.shutdown()
+        server.server_close()
