@@ -283,3 +283,15 @@ def test_event_loops_running_at_once_keep_their_own_groups() -> None:
     for t in threads:
         t.join(20)
     assert results == {"a": ["a", "a"], "b": ["b", "b"]}
+
+
+async def test_a_dataset_pushed_out_of_the_remembered_folders_drops_what_it_kept() -> None:
+    inner = MemoryStore()
+    for folder in ("a", "b"):
+        await inner.set(f"{folder}/zarr.json", json.dumps(ARRAY).encode())
+    view = UnshardedView(inner, writable=True, write_window=0, max_folders=2)
+    await view.set("a/c/0", b"\1\1")
+    dataset = await _dataset(view)
+    assert _kept(dataset, "a/c/0")
+    await view.get("b/zarr.json")  # the root and b/ are the two remembered folders now
+    assert not _kept(dataset, "a/c/0")

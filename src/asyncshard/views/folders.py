@@ -59,7 +59,7 @@ class Folders:
         self.options = options
         self.ttl = ttl
         self.max_depth = max_depth
-        self._nodes: LRUCache[str, Node] = LRUCache(max_folders)
+        self._nodes: LRUCache[str, Node] = _Nodes(max_folders)
         self._loading: dict[str, asyncio.Task[Node]] = {}
         self._generation = 0  # bumped by every invalidation
         self._epoch = 0  # bumped by every invalidation and every node (re)loaded
@@ -189,6 +189,17 @@ class Folders:
 def _forget_cached(dataset: Dataset) -> None:
     for scope in dataset.scopes:
         scope.store.forget_cached()
+
+
+class _Nodes(LRUCache[str, Node]):
+    """The remembered nodes; a dataset's node pushed out drops its stores' caches (a
+    later use of the folder opens the dataset again, with new stores)."""
+
+    def popitem(self) -> tuple[str, Node]:
+        folder, node = super().popitem()
+        if node.dataset is not None:
+            _forget_cached(node.dataset)
+        return folder, node
 
 
 def _related(folder: str, prefix: str) -> bool:
