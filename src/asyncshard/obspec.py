@@ -443,6 +443,7 @@ class ObspecClientStore(Store):
         if ranged_reads is None:
             ranged_reads = isinstance(client, _RANGES_CHECKED)
         self._ranged = ranged_reads and callable(getattr(client, "get_range_async", None))
+        self._whole_reads = False  # set when the server answers ranges with whole objects
 
     def __repr__(self) -> str:
         return f"from_obspec({self.client!r})"
@@ -468,9 +469,16 @@ class ObspecClientStore(Store):
                 return await self._fetch_once(key, options)
             if isinstance(byte_range, Range) and byte_range.end <= byte_range.start:
                 return await self._empty(key, if_match)
+            if self._whole_reads:
+                return await self._whole_sliced(key, byte_range, options)
             try:
                 return await self._fetch_once(key, {**options, "range": _to_range(byte_range)})
-            except _RangeRefused:
+            except _RangeRefused as refused:
+                if classify(refused.__cause__ or refused) is Failure.NOT_PARTIAL:
+                    # a server without ranges (it answers them with the whole object)
+                    self._whole_reads, self._ranged = True, False
+                    self._count_request("get")
+                    return await self._whole_sliced(key, byte_range, options)
                 # obspec clients refuse ranges that start at or past the end, which
                 # asyncshard clamps like Python slicing: find the size, then clamp
                 return await self._clamped(key, byte_range, options, if_match)
@@ -487,7 +495,8 @@ class ObspecClientStore(Store):
         one, a range open to the end reading the whole object. A range that call
         refuses (an empty object, a range past the end) is read again by ``_get``, which
         answers it; a server that answers ranges with whole objects turns the path off
-        for this store; other failures raise as ``_get``'s do. A suffix or an empty
+        for this store (its ranges are then cut from whole reads); other failures raise
+        as ``_get``'s do. A suffix or an empty
         range goes to ``_get`` at once.
         """
         span = bounded_span(byte_range) if self._ranged else None
@@ -498,8 +507,8 @@ class ObspecClientStore(Store):
                 failure = classify(exc)
                 if failure is Failure.MISSING:
                     return None
-                if failure is Failure.NOT_PARTIAL:
-                    self._ranged = False
+                if failure is Failure.NOT_PARTIAL:  # the server has no ranges
+                    self._ranged, self._whole_reads = False, True
                 elif failure not in _RANGE_REFUSALS:
                     raise StoreBackendError(f"{key}: {exc}") from exc
                 self._count_request("get")  # the read again, below
@@ -524,6 +533,16 @@ class ObspecClientStore(Store):
                 raise _RangeRefused() from exc
             raise StoreBackendError(f"{key}: {exc}") from exc
         return GetResult(data, self._meta(key, result.meta))
+
+    async def _whole_sliced(
+        self, key: str, byte_range: ByteRange, options: dict[str, Any]
+    ) -> GetResult | None:
+        """``byte_range`` cut from the whole object (a server that has no ranges)."""
+        result = await self._fetch_once(key, options)
+        if result is None:
+            return None
+        start, end = resolve(byte_range, result.meta.size)
+        return GetResult(memoryview(result.data)[start:end], result.meta)
 
     async def _clamped(
         self, key: str, byte_range: ByteRange, options: dict[str, Any], if_match: str | None

@@ -114,7 +114,7 @@ class _Log(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def test_a_server_answering_ranges_whole_turns_the_ranged_call_off(tmp_path: Path) -> None:
+def test_a_server_without_ranges_gets_whole_reads_cut(tmp_path: Path) -> None:
     (tmp_path / "k").write_bytes(b"0123456789")
     handler = functools.partial(_Log, directory=str(tmp_path))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -128,14 +128,29 @@ def test_a_server_answering_ranges_whole_turns_the_ranged_call_off(tmp_path: Pat
         async def reads() -> list[bytes | None]:
             async with from_obspec(client) as store:  # an obstore store: ranged reads
                 got = [await store.get("k"), await store.get("k")]
-                assert store.stats.requests["get"] == 3
+                got += [await store.get("k", Range(2, 5)), await store.get("k", Offset(8))]
+                result = await store.get_object("k", Range(1, 3))
+                assert result is not None and result.meta.size == 10
+                got.append(result.data)
+                assert store.stats.requests["get"] == 6
                 return [None if g is None else bytes(g) for g in got]
 
-        assert asyncio.run(reads()) == [b"0123456789"] * 2
+        assert asyncio.run(reads()) == [b"0123456789"] * 2 + [b"234", b"89", b"12"]
+
+        async def ranged_first() -> bytes | None:
+            async with from_obspec(client) as store:  # a ranged read with the version
+                first = await store.get_object("k", Range(4, 6))
+                again = await store.get_object("k", Range(6, 7))
+                assert first is not None and again is not None
+                assert store.stats.requests["get"] == 3  # refused, whole, whole
+                return bytes(first.data) + bytes(again.data)
+
+        assert asyncio.run(ranged_first()) == b"456"
         # the first read asked a range (answered whole: refused), then read it plainly;
-        # the second read asked no range
-        assert len(_Log.requests) == 3 and _Log.requests[0].startswith("bytes=0-")
-        assert _Log.requests[1:] == ["", ""]
+        # every later read asks no range, and ranges are cut from the whole object
+        assert len(_Log.requests) == 9 and _Log.requests[0].startswith("bytes=0-")
+        assert _Log.requests[1:6] == [""] * 5
+        assert _Log.requests[6] == "bytes=4-5" and _Log.requests[7:] == ["", ""]
     finally:
         server.shutdown()
         server.server_close()
