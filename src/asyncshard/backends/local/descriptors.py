@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from asyncshard.backends.local.files import meta_of, tag_of
+from asyncshard.backends.local.files import Tag, meta_of, tag_of, version_of
 from asyncshard.backends.local.root import Root
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, resolve
@@ -88,6 +88,13 @@ class _Known(NamedTuple):
     identity: Identity
     meta: ObjectMeta
     settled: bool
+
+
+class _Unread:
+    """A file's tag not read yet."""
+
+
+_UNREAD = _Unread()
 
 
 def _identity(st: os.stat_result) -> Identity:
@@ -198,6 +205,7 @@ class InlineReads:
                 return WOULD_WAIT  # the thread path reports it
             identity = _identity(st)
             known = self._metas.get(key)
+            tag: Tag | _Unread = _UNREAD
             if (
                 known is not None
                 and known.identity == identity
@@ -205,14 +213,21 @@ class InlineReads:
             ):
                 # this very file was found inside the root before: no need to look again
                 # (remembered again, as settled, once it is)
-                return _Open(fd, identity, known.meta)
+                if known.settled:
+                    return _Open(fd, identity, known.meta)
+                # changed within a clock tick or two of being remembered: a delete and a
+                # same-size rewrite (the freed inode reused) repeat the identity, so the
+                # tag tells whether this is the same file
+                tag = tag_of(fd)
+                if version_of(st, tag) == known.meta.version:
+                    return _Open(fd, identity, known.meta)
             if not root.inside(fd, key):
                 return WOULD_WAIT
         except AsyncShardError:
             return WOULD_WAIT  # the thread path raises it, with its full resolution
         try:
             if stat.S_ISREG(st.st_mode):
-                meta = meta_of(key, st, tag_of(fd))
+                meta = meta_of(key, st, tag_of(fd) if isinstance(tag, _Unread) else tag)
                 if len(self._metas) >= REMEMBERED_METAS:
                     self._metas.clear()
                 self._metas[key] = _Known(identity, meta, _settled(identity, seen_at))
@@ -237,12 +252,13 @@ class InlineReads:
             os.close(held.fd)
 
     def forget(self, keys: Iterable[str]) -> None:
-        """Close the descriptors of ``keys`` (deleted or replaced through the store)."""
-        if not self._open:
-            return
+        """Close the descriptors of ``keys`` and forget their metadata (deleted or
+        replaced through the store)."""
         with self._lock:
             for key in keys:
-                self._drop(key)
+                self._metas.pop(key, None)
+                if self._open:
+                    self._drop(key)
 
     def close(self) -> None:
         """Close every kept descriptor."""

@@ -107,19 +107,22 @@ def tag_of(target: int | str) -> Tag:
     return token_of(target) or generation_of(target)
 
 
-def meta_of(key: str, st: os.stat_result, tag: Tag = None) -> ObjectMeta:
-    """The object metadata of a file: version ``t<token>``, else
-    ``inode.generation-mtime-size`` (``inode-mtime-size`` without a generation).
+def version_of(st: os.stat_result, tag: Tag = None) -> str:
+    """A file's version: ``t<token>``, else ``inode.generation-mtime-size``
+    (``inode-mtime-size`` without a generation).
 
     Without tokens the generation tells a file from a later one that got its freed inode
     number (a delete and a new write of the same size within one clock tick)."""
     if isinstance(tag, str) and tag:
-        version = f"{TOKEN_PREFIX}{tag}"
-    else:
-        inode = f"{st.st_ino:x}" if not isinstance(tag, int) else f"{st.st_ino:x}.{tag:x}"
-        version = f"{inode}-{st.st_mtime_ns:x}-{st.st_size:x}"
+        return f"{TOKEN_PREFIX}{tag}"
+    inode = f"{st.st_ino:x}" if not isinstance(tag, int) else f"{st.st_ino:x}.{tag:x}"
+    return f"{inode}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+def meta_of(key: str, st: os.stat_result, tag: Tag = None) -> ObjectMeta:
+    """The object metadata of a file (its version: :func:`version_of`)."""
     modified = datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC)
-    return ObjectMeta(key, st.st_size, version, modified)
+    return ObjectMeta(key, st.st_size, version_of(st, tag), modified)
 
 
 def meta_at(path: str, key: str, *, folder_error: bool = False) -> ObjectMeta | None:
