@@ -37,7 +37,12 @@ from obspec import exceptions as obspec_errors
 
 from asyncshard.backends.cloud.errors import Failure, classify
 from asyncshard.blocking import run_blocking
-from asyncshard.errors import ConflictError, StoreBackendError, UnsupportedOperationError
+from asyncshard.errors import (
+    BucketNotFoundError,
+    ConflictError,
+    StoreBackendError,
+    UnsupportedOperationError,
+)
 from asyncshard.ranges import ByteRange, Offset, Range, Suffix, bounded_span, resolve
 from asyncshard.store import BytesLike, Data, GetResult, ObjectMeta, Store
 
@@ -405,6 +410,11 @@ _RANGES_CHECKED: tuple[type, ...] = (
 _RANGE_REFUSALS = frozenset({Failure.UNSATISFIABLE, Failure.OTHER})
 
 
+def _no_bucket(key: str) -> BucketNotFoundError:
+    """A read answered "no such bucket" (S3's and GCS's error code): not a missing key."""
+    return BucketNotFoundError(f"{key}: the client's bucket or container does not exist")
+
+
 class _RangeRefused(Exception):
     """The client refused a ranged read (the range starts at or past the end)."""
 
@@ -493,30 +503,34 @@ class ObspecClientStore(Store):
         ``get_async`` and then ``buffer_async`` are two awaited calls (obstore: two
         hand-offs from its threads to the event loop); a range with both ends given is
         one, a range open to the end reading the whole object. A range that call
-        refuses (an empty object, a range past the end) is read again by ``_get``, which
-        answers it; a server that answers ranges with whole objects turns the path off
-        for this store (its ranges are then cut from whole reads); other failures raise
-        as ``_get``'s do. A suffix or an empty
-        range goes to ``_get`` at once.
+        refuses (an empty object, a range past the end) is clamped after a ``HEAD``, as
+        ``_get`` clamps; a server that answers ranges with whole objects turns the path
+        off for this store (its ranges are then cut from whole reads); other failures
+        raise as ``_get``'s do. A suffix or an empty range goes to ``_get`` at once.
         """
         span = bounded_span(byte_range) if self._ranged else None
-        if span is not None:
-            try:
-                data = await self.client.get_range_async(key, start=span[0], end=span[1])
-            except Exception as exc:
-                failure = classify(exc)
-                if failure is Failure.MISSING:
-                    return None
-                if failure is Failure.NOT_PARTIAL:  # the server has no ranges
-                    self._ranged, self._whole_reads = False, True
-                elif failure not in _RANGE_REFUSALS:
-                    raise StoreBackendError(f"{key}: {exc}") from exc
-                self._count_request("get")  # the read again, below
+        if span is None:
+            result = await self._get(key, byte_range, None)
+            return None if result is None else result.data
+        try:
+            data = await self.client.get_range_async(key, start=span[0], end=span[1])
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is Failure.MISSING:
+                return None
+            if failure is Failure.NO_BUCKET:
+                raise _no_bucket(key) from exc
+            if failure is Failure.NOT_PARTIAL:  # the server has no ranges
+                self._ranged, self._whole_reads = False, True
+                self._count_request("get")  # the read again
+                result = await self._get(key, byte_range, None)
+            elif failure in _RANGE_REFUSALS:
+                result = await self._clamped(key, byte_range or Offset(0), {}, None)
             else:
-                view = memoryview(data)  # obstore's Bytes or any buffer, not copied
-                return view if view.ndim == 1 and view.format == "B" else view.cast("B")
-        result = await self._get(key, byte_range, None)
-        return None if result is None else result.data
+                raise StoreBackendError(f"{key}: {exc}") from exc
+            return None if result is None else result.data
+        view = memoryview(data)  # obstore's Bytes or any buffer, not copied
+        return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
     async def _fetch_once(self, key: str, options: dict[str, Any]) -> GetResult | None:
         try:
@@ -524,6 +538,8 @@ class ObspecClientStore(Store):
             data = await result.buffer_async()
         except Exception as exc:
             kind = _kind(exc)
+            if classify(exc) is Failure.NO_BUCKET:
+                raise _no_bucket(key) from exc
             if kind == "NotFoundError":
                 return None
             if kind == "PreconditionError":

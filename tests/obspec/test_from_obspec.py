@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import obstore.store
+import pytest
 
+from asyncshard.errors import BucketNotFoundError
 from asyncshard.obspec import from_obspec
 from asyncshard.ranges import Offset, Range, Suffix
+from tests.servers.fixtures import unique_prefix
+from tests.servers.s3 import S3Server
 
 
 class Counting:
@@ -49,7 +53,7 @@ async def test_bytes_alone_take_one_ranged_call() -> None:
         assert store.stats.requests["get"] == 5
 
 
-async def test_what_the_ranged_call_refuses_is_read_again() -> None:
+async def test_what_the_ranged_call_refuses_is_clamped_after_a_head() -> None:
     client = Counting()
     async with from_obspec(client, ranged_reads=True) as store:
         await store.set("empty", b"")
@@ -57,10 +61,11 @@ async def test_what_the_ranged_call_refuses_is_read_again() -> None:
         client.calls.clear()
         store.stats.reset()
         assert await store.get("empty") == b""  # no range of an empty object
-        assert client.calls == {"get_range_async": 1, "get_async": 1}
-        assert await store.get("k", Offset(20)) == b""  # starts past the end: size first
-        assert client.calls == {"get_range_async": 2, "get_async": 2, "head_async": 1}
-        assert store.stats.requests == {"get": 4, "head": 1}  # every request sent counted
+        assert client.calls == {"get_range_async": 1, "head_async": 1}
+        assert await store.get("k", Offset(20)) == b""  # starts past the end
+        assert client.calls == {"get_range_async": 2, "head_async": 2}
+        assert await store.get("k", Range(8, 20)) == b"89"  # clamped by the call itself
+        assert store.stats.requests == {"get": 3, "head": 2}  # every request sent counted
 
 
 async def test_suffixes_and_versions_take_get_async() -> None:
@@ -154,3 +159,23 @@ def test_a_server_without_ranges_gets_whole_reads_cut(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_a_missing_bucket_is_an_error_on_every_read(s3_server: S3Server) -> None:
+    """S3 answers a missing bucket with a 404 as for a missing key; its error code tells
+    them apart, and no read takes it for a missing object."""
+    client = obstore.store.S3Store(
+        "no-such-bucket-" + unique_prefix().strip("/").lower(),
+        endpoint=s3_server.endpoint,
+        access_key_id=s3_server.access_key,
+        secret_access_key=s3_server.secret_key,
+        region=s3_server.region,
+        client_options={"allow_http": True},
+    )
+    async with from_obspec(client) as store:
+        with pytest.raises(BucketNotFoundError):
+            await store.get("k")
+        with pytest.raises(BucketNotFoundError):
+            await store.get("k", Range(0, 4))
+        with pytest.raises(BucketNotFoundError):
+            await store.get_object("k")
