@@ -42,7 +42,9 @@ _NO_TOKEN_ERRNOS = frozenset({errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP, er
 #: Versions made of a token start with it (``inode-mtime-size`` ones are hex digits).
 TOKEN_PREFIX = "t"
 #: ``ioctl`` asking a file's inode generation (Linux ``FS_IOC_GETVERSION``: ext2/3/4,
-#: btrfs and others), a number drawn anew whenever an inode number is used again.
+#: btrfs and others), a number drawn anew whenever an inode number is used again. The
+#: number as x86, arm and risc-v encode it; where it means nothing (powerpc, mips, sparc
+#: encode ``_IOR`` otherwise) the call fails and versions carry no generation.
 FS_IOC_GETVERSION = 0x80087601 if struct.calcsize("l") == 8 else 0x80047601
 #: What versions are made of besides the size and mtime: the token (``str``), else the
 #: inode's generation (``int``), else neither (``None``).
