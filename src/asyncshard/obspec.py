@@ -515,7 +515,7 @@ class ObspecClientStore(Store):
         try:
             data = await self.client.get_range_async(key, start=span[0], end=span[1])
         except Exception as exc:
-            failure = classify(exc)
+            failure = classify(exc, key)
             if failure is Failure.MISSING:
                 return None
             if failure is Failure.NO_BUCKET:
@@ -525,7 +525,10 @@ class ObspecClientStore(Store):
                 self._count_request("get")  # the read again
                 result = await self._get(key, byte_range, None)
             elif failure in _RANGE_REFUSALS:
-                result = await self._clamped(key, byte_range or Offset(0), {}, None)
+                try:
+                    result = await self._clamped(key, byte_range or Offset(0), {}, None)
+                except _RangeRefused as refused:  # the clamped range refused too
+                    raise StoreBackendError(f"{key}: {refused.__cause__}") from refused.__cause__
             else:
                 raise StoreBackendError(f"{key}: {exc}") from exc
             return None if result is None else result.data
@@ -538,7 +541,7 @@ class ObspecClientStore(Store):
             data = await result.buffer_async()
         except Exception as exc:
             kind = _kind(exc)
-            if classify(exc) is Failure.NO_BUCKET:
+            if classify(exc, key) is Failure.NO_BUCKET:
                 raise _no_bucket(key) from exc
             if kind == "NotFoundError":
                 return None

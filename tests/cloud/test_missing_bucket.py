@@ -41,6 +41,9 @@ async def test_a_missing_key_in_an_existing_bucket_is_still_none(s3_server: S3Se
     store = s3_store_on(s3_server, "prefix")
     assert await store.get("no-such-key") is None
     assert await store.list_dir("no-such-folder/") == ([], [])
+    for spelled in ("logs/ContainerNotFound.txt", "a<Code>NoSuchBucket</Code>b"):
+        assert await store.get(spelled) is None  # a key that spells a code: still missing
+        assert await store.get_object(spelled) is None
 
 
 @pytest.mark.parametrize("args", [("ls",), ("ls", "-r"), ("cat", "k"), ("rm", "k")])

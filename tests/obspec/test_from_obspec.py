@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import obstore.store
 import pytest
 
-from asyncshard.errors import BucketNotFoundError
+from asyncshard.errors import BucketNotFoundError, StoreBackendError
 from asyncshard.obspec import from_obspec
 from asyncshard.ranges import Offset, Range, Suffix
 from tests.servers.fixtures import unique_prefix
@@ -179,3 +179,46 @@ async def test_a_missing_bucket_is_an_error_on_every_read(s3_server: S3Server) -
             await store.get("k", Range(0, 4))
         with pytest.raises(BucketNotFoundError):
             await store.get_object("k")
+
+
+async def test_a_missing_key_named_like_a_bucket_error_reads_as_missing(
+    s3_server: S3Server,
+) -> None:
+    """Only the error code of a response tells a missing bucket: not a key that spells
+    one (messages repeat the key: raw from obstore's memory store, encoded from S3)."""
+    names = ["logs/ContainerNotFound.txt", "a<Code>NoSuchBucket</Code>b"]
+    s3 = obstore.store.S3Store(
+        s3_server.bucket,
+        prefix=unique_prefix(),
+        endpoint=s3_server.endpoint,
+        access_key_id=s3_server.access_key,
+        secret_access_key=s3_server.secret_key,
+        region=s3_server.region,
+        client_options={"allow_http": True},
+    )
+    for client in (obstore.store.MemoryStore(), s3):
+        async with from_obspec(client) as store:
+            for name in names:
+                assert await store.get(name) is None
+                assert await store.get(name, Range(0, 4)) is None
+                assert await store.get_object(name) is None
+
+
+async def test_a_clamped_read_that_fails_raises_a_store_error() -> None:
+    """A range refused, then its clamped read failing too: an asyncshard error."""
+
+    class Failing(Counting):
+        def __getattr__(self, name: str) -> Any:
+            if name in ("get_async", "get_range_async"):
+
+                async def fail(*args: Any, **kwargs: Any) -> Any:
+                    raise RuntimeError("the server broke")
+
+                return fail
+            return super().__getattr__(name)
+
+    client = Failing()
+    async with from_obspec(client, ranged_reads=True) as store:
+        await store.set("k", b"0123456789")
+        with pytest.raises(StoreBackendError, match="the server broke"):
+            await store.get("k", Range(2, 5))

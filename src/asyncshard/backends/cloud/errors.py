@@ -96,16 +96,21 @@ _BY_STATUS = {
 }
 
 
-#: Error codes servers put in the body of a 404 for a missing bucket or container (S3 and
-#: GCS's XML API, Azure). A HEAD has no body: a HEAD of a key in a missing bucket reads
-#: as a missing key.
-_NO_BUCKET_CODES = ("<Code>NoSuchBucket</Code>", "ContainerNotFound")
+#: The error codes servers answer a missing bucket or container with (S3 and GCS's XML
+#: API in the body of a 404, Azure). A key that spells one is left out of the message
+#: first (``classify``'s ``key``). A HEAD has no body: a HEAD of a key in a missing
+#: bucket reads as a missing key.
+_NO_BUCKET = re.compile(r"<Code>NoSuchBucket</Code>|ContainerNotFound")
 
 
-def classify(exc: BaseException) -> Failure:
+def classify(exc: BaseException, key: str | None = None) -> Failure:
     """Sort an obstore failure: a range answered whole by its message, then by its type
-    where obstore gives one, else :func:`_untyped`."""
-    if any(code in str(exc) for code in _NO_BUCKET_CODES):
+    where obstore gives one, else :func:`_untyped`. ``key``: the path asked, left out
+    of the message where it spells a code itself."""
+    text = str(exc)
+    if key and _NO_BUCKET.search(key):
+        text = text.replace(key, "")
+    if _NO_BUCKET.search(text):
         return Failure.NO_BUCKET
     if any(phrase in first_line(exc) for phrase in _NOT_PARTIAL_PHRASES):  # typed or not
         return Failure.NOT_PARTIAL

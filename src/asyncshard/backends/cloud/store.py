@@ -408,7 +408,7 @@ class CloudStore(Store):
         """What a failed GET means: ``None`` if the object is missing, the failure if it
         is ``handled``; else it raises, as ``_BodyCutShort`` if an answer (even a 404's
         error body) broke off, which obstore does not retry and ``_restarting`` does."""
-        failure = classify(exc)
+        failure = classify(exc, key)
         if self._missing(failure):
             return None
         if failure in handled:
@@ -423,7 +423,7 @@ class CloudStore(Store):
         try:
             return memoryview(await self._call(result.bytes_async()))
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
+            failure = classify(exc, key)
             if failure is Failure.CONNECTION:  # _get starts the read again
                 raise _BodyCutShort(str(self._error(exc, failure, key, "read"))) from exc
             raise self._error(exc, failure, key, "read") from exc
@@ -489,7 +489,7 @@ class CloudStore(Store):
         try:
             meta = await self._call(obstore.head_async(self._os, key))
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
+            failure = classify(exc, key)
             if self._missing(failure):
                 return None
             raise self._error(exc, failure, key, "head") from exc
@@ -534,7 +534,7 @@ class CloudStore(Store):
                 obstore.put_async(self._os, key, view, mode=mode, use_multipart=multipart)
             )
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
+            failure = classify(exc, key)
             if failure is Failure.MISSING and if_match is not None:
                 # an update of a missing object (some servers answer 404)
                 raise ConflictError(f"{self._where(key)}: object does not exist", key=key) from exc
@@ -546,7 +546,7 @@ class CloudStore(Store):
         try:
             await self._call(obstore.delete_async(self._os, key))
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
+            failure = classify(exc, key)
             if failure is not Failure.MISSING:
                 raise self._error(exc, failure, key, "delete") from exc
 
@@ -592,7 +592,7 @@ class CloudStore(Store):
         try:
             await self._bounded(self._call(obstore.copy_async(self._os, source, target)))
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
+            failure = classify(exc, source)
             if self._missing(failure):  # deleted since the HEAD
                 return None
             raise self._error(exc, failure, target, "copy") from exc
@@ -619,7 +619,7 @@ class CloudStore(Store):
             except StopAsyncIteration:
                 return
             except OBSTORE_ERRORS as exc:
-                raise self._error(exc, classify(exc), prefix or None, "list") from exc
+                raise self._error(exc, classify(exc, prefix), prefix or None, "list") from exc
             for meta in batch:
                 key = self._key_of(meta["path"])
                 if key is not None and key.startswith(prefix):
@@ -633,7 +633,7 @@ class CloudStore(Store):
                 obstore.list_with_delimiter_async(self._os, prefix[:-1] or None)
             )
         except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
+            failure = classify(exc, prefix)
             if failure is Failure.MISSING:
                 return [], []
             raise self._error(exc, failure, prefix or None, "list") from exc
