@@ -16,7 +16,7 @@ import pytest
 from asyncshard.backends import LocalStore, MemoryStore
 from asyncshard.obspec import from_obspec, to_obspec
 from asyncshard.testing import Harness, StoreConformance
-from tests.servers.fixtures import unique_prefix
+from tests.obspec.conftest import s3_client
 from tests.servers.s3 import S3Server
 
 
@@ -41,16 +41,7 @@ class TestObstoreLocal(StoreConformance):
 class TestObstoreS3(StoreConformance):
     @pytest.fixture
     async def harness(self, s3_server: S3Server) -> AsyncIterator[Harness]:
-        client = obstore.store.S3Store(
-            s3_server.bucket,
-            prefix=unique_prefix(),
-            endpoint=s3_server.endpoint,
-            access_key_id=s3_server.access_key,
-            secret_access_key=s3_server.secret_key,
-            region=s3_server.region,
-            conditional_put="etag",
-            client_options={"allow_http": True},
-        )
+        client = s3_client(s3_server, conditional_put="etag")
         async with from_obspec(client) as store:
             yield Harness(store)
 

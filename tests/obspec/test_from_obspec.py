@@ -18,6 +18,7 @@ import pytest
 from asyncshard.errors import BucketNotFoundError, StoreBackendError
 from asyncshard.obspec import from_obspec
 from asyncshard.ranges import Offset, Range, Suffix
+from tests.obspec.conftest import s3_client
 from tests.servers.fixtures import unique_prefix
 from tests.servers.s3 import S3Server
 
@@ -164,14 +165,7 @@ def test_a_server_without_ranges_gets_whole_reads_cut(tmp_path: Path) -> None:
 async def test_a_missing_bucket_is_an_error_on_every_read(s3_server: S3Server) -> None:
     """S3 answers a missing bucket with a 404 as for a missing key; its error code tells
     them apart, and no read takes it for a missing object."""
-    client = obstore.store.S3Store(
-        "no-such-bucket-" + unique_prefix().strip("/").lower(),
-        endpoint=s3_server.endpoint,
-        access_key_id=s3_server.access_key,
-        secret_access_key=s3_server.secret_key,
-        region=s3_server.region,
-        client_options={"allow_http": True},
-    )
+    client = s3_client(s3_server, bucket="no-such-bucket-" + unique_prefix().lower())
     async with from_obspec(client) as store:
         with pytest.raises(BucketNotFoundError):
             await store.get("k")
@@ -187,16 +181,7 @@ async def test_a_missing_key_named_like_a_bucket_error_reads_as_missing(
     """Only the error code of a response tells a missing bucket: not a key that spells
     one (messages repeat the key: raw from obstore's memory store, encoded from S3)."""
     names = ["logs/ContainerNotFound.txt", "a<Code>NoSuchBucket</Code>b"]
-    s3 = obstore.store.S3Store(
-        s3_server.bucket,
-        prefix=unique_prefix(),
-        endpoint=s3_server.endpoint,
-        access_key_id=s3_server.access_key,
-        secret_access_key=s3_server.secret_key,
-        region=s3_server.region,
-        client_options={"allow_http": True},
-    )
-    for client in (obstore.store.MemoryStore(), s3):
+    for client in (obstore.store.MemoryStore(), s3_client(s3_server)):
         async with from_obspec(client) as store:
             for name in names:
                 assert await store.get(name) is None
