@@ -4,9 +4,11 @@ apart leave together (one shard write), counted at the backend."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import pytest
@@ -295,3 +297,26 @@ async def test_a_dataset_pushed_out_of_the_remembered_folders_drops_what_it_kept
     assert _kept(dataset, "a/c/0")
     await view.get("b/zarr.json")  # the root and b/ are the two remembered folders now
     assert not _kept(dataset, "a/c/0")
+
+
+def test_a_cancelled_lone_write_leaves_nothing_holding_its_loop() -> None:
+    """A write cancelled while it waits alone in its group takes the group (and its
+    quiet timer, which refers to the loop) with it: a closed loop is not kept alive."""
+    gate = WriteGate(window=30, max_wait=30)
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def main() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+
+        async def op() -> int:
+            return 1
+
+        task = asyncio.ensure_future(gate.run("k", op))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    gc.collect()
+    assert loops[0]() is None

@@ -141,6 +141,11 @@ class _LoopGate:
                     i = group.pending.index(item)
                     del group.pending[i], group.tags[i]
                     self._waiting -= 1
+                    if not group.pending and not group.busy:  # nothing left to release
+                        if group.timer is not None:
+                            group.timer.cancel()
+                        if self._groups.get(key) is group:
+                            del self._groups[key]
                 else:  # released but not started: its batch skips it
                     item.future.cancel()
             elif not item.future.done():
