@@ -485,8 +485,7 @@ class ObspecClientStore(Store):
                 return await self._fetch_once(key, {**options, "range": _to_range(byte_range)})
             except _RangeRefused as refused:
                 if classify(refused.__cause__ or refused) is Failure.NOT_PARTIAL:
-                    # a server without ranges (it answers them with the whole object)
-                    self._whole_reads, self._ranged = True, False
+                    self._no_ranges()
                     self._count_request("get")
                     return await self._whole_sliced(key, byte_range, options)
                 # obspec clients refuse ranges that start at or past the end, which
@@ -494,8 +493,10 @@ class ObspecClientStore(Store):
                 return await self._clamped(key, byte_range, options, if_match)
         except ConflictError:
             raise
-        except _RangeRefused as exc:
-            raise StoreBackendError(f"{key}: {exc.__cause__}") from exc.__cause__
+
+    def _no_ranges(self) -> None:
+        """The server answers ranges with whole objects: read whole and cut from now on."""
+        self._whole_reads, self._ranged = True, False
 
     async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
         """The bytes alone, in one ``get_range_async`` call where ``ranged_reads`` allows.
@@ -520,15 +521,12 @@ class ObspecClientStore(Store):
                 return None
             if failure is Failure.NO_BUCKET:
                 raise _no_bucket(key) from exc
-            if failure is Failure.NOT_PARTIAL:  # the server has no ranges
-                self._ranged, self._whole_reads = False, True
+            if failure is Failure.NOT_PARTIAL:
+                self._no_ranges()
                 self._count_request("get")  # the read again
                 result = await self._get(key, byte_range, None)
             elif failure in _RANGE_REFUSALS:
-                try:
-                    result = await self._clamped(key, byte_range or Offset(0), {}, None)
-                except _RangeRefused as refused:  # the clamped range refused too
-                    raise StoreBackendError(f"{key}: {refused.__cause__}") from refused.__cause__
+                result = await self._clamped(key, byte_range or Offset(0), {}, None)
             else:
                 raise StoreBackendError(f"{key}: {exc}") from exc
             return None if result is None else result.data
@@ -574,7 +572,10 @@ class ObspecClientStore(Store):
         if end <= start:
             return await self._empty(key, if_match, meta)
         self._count_request("get")
-        return await self._fetch_once(key, {**options, "range": (start, end)})
+        try:
+            return await self._fetch_once(key, {**options, "range": (start, end)})
+        except _RangeRefused as refused:  # refused again, inside the object: an error
+            raise StoreBackendError(f"{key}: {refused.__cause__}") from refused.__cause__
 
     async def _empty(
         self, key: str, if_match: str | None, meta: ObjectMeta | None = None

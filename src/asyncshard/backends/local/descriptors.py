@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from asyncshard.backends.local.files import Tag, meta_of, tag_of, version_of
+from asyncshard.backends.local.files import meta_of, tag_of
 from asyncshard.backends.local.root import Root
 from asyncshard.errors import AsyncShardError
 from asyncshard.ranges import ByteRange, resolve
@@ -88,13 +88,6 @@ class _Known(NamedTuple):
     identity: Identity
     meta: ObjectMeta
     settled: bool
-
-
-class _Unread:
-    """A file's tag not read yet."""
-
-
-_UNREAD = _Unread()
 
 
 def _identity(st: os.stat_result) -> Identity:
@@ -205,7 +198,7 @@ class InlineReads:
                 return WOULD_WAIT  # the thread path reports it
             identity = _identity(st)
             known = self._metas.get(key)
-            tag: Tag | _Unread = _UNREAD
+            fresh: ObjectMeta | None = None
             if (
                 known is not None
                 and known.identity == identity
@@ -218,8 +211,8 @@ class InlineReads:
                 # changed within a clock tick or two of being remembered: a delete and a
                 # same-size rewrite (the freed inode reused) repeat the identity, so the
                 # tag tells whether this is the same file
-                tag = tag_of(fd)
-                if version_of(st, tag) == known.meta.version:
+                fresh = meta_of(key, st, tag_of(fd))
+                if fresh.version == known.meta.version:
                     return _Open(fd, identity, known.meta)
             if not root.inside(fd, key):
                 return WOULD_WAIT
@@ -227,7 +220,7 @@ class InlineReads:
             return WOULD_WAIT  # the thread path raises it, with its full resolution
         try:
             if stat.S_ISREG(st.st_mode):
-                meta = meta_of(key, st, tag_of(fd) if isinstance(tag, _Unread) else tag)
+                meta = fresh or meta_of(key, st, tag_of(fd))
                 if len(self._metas) >= REMEMBERED_METAS:
                     self._metas.clear()
                 self._metas[key] = _Known(identity, meta, _settled(identity, seen_at))
