@@ -5,6 +5,7 @@ is checked. All through the real command on real stores, damaged by flipping byt
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -101,9 +102,9 @@ def test_chunks_without_a_checksum_are_counted_as_not_verifiable(tmp_path: Path)
     write_zarr(tmp_path, chunk_crc=False)
     code, output = run("verify", str(tmp_path))
     assert code == 0 and "all intact" not in output, output
-    assert "0 checked intact, 64 not verifiable (no checksum codec (raw))" in output
+    assert "0 checked intact, 64 not verifiable (no checksum codec: raw)" in output
     code, report = run_json("verify", str(tmp_path))
-    assert (report["verified"], report["unverified"]) == (0, {"no checksum codec (raw)": 64})
+    assert (report["verified"], report["unverified"]) == (0, {"no checksum codec: raw": 64})
 
 
 def test_a_precomputed_volume_at_the_root_hides_no_zarr_array(tmp_path: Path) -> None:
@@ -115,3 +116,32 @@ def test_a_precomputed_volume_at_the_root_hides_no_zarr_array(tmp_path: Path) ->
     code, report = run_json("verify", str(tmp_path))
     assert code == 1 and [d["key"] for d in report["damaged"]] == [f"z/{SHARD_KEY}"]
     assert report["chunks"] == 64 + 63
+
+
+async def test_a_restored_chunk_must_decode_even_without_decode(tmp_path: Path) -> None:
+    """No inner crc32c: a SOURCE chunk whose zstd frame is damaged is caught by decoding
+    it, which repair does for every chunk it restores."""
+    import numcodecs
+
+    from tests.integrity.test_decode_restore import _sharded_from_v2
+
+    source, dest, _ = await _sharded_from_v2(tmp_path, numcodecs.Zstd(level=3))
+    chunk = source / "0.0"
+    chunk.write_bytes(b"\xff" * 12 + chunk.read_bytes()[12:])
+    shard = dest / "c" / "0" / "0"
+    shard.write_bytes(shard.read_bytes()[:-30])  # the index is gone
+    code, report = await asyncio.to_thread(run_json, "repair", str(dest), "--from", str(source))
+    assert code == 1
+    [damaged] = report["damaged"]
+    assert sorted(damaged["restored"]) == ["c/0/1", "c/1/0", "c/1/1"]
+    assert list(damaged["not_restored"]) == ["c/0/0"]
+    assert damaged["not_restored"]["c/0/0"].startswith("corrupt in SOURCE: zstd")
+
+
+def test_precomputed_chunks_are_checked_only_when_decoded(tmp_path: Path) -> None:
+    write_precomputed(tmp_path)
+    code, output = run("verify", str(tmp_path))
+    assert code == 0 and "all intact" not in output
+    assert "0 checked intact, 64 not verifiable (gzip data encoding not decoded" in output
+    code, output = run("verify", str(tmp_path), "--decode")
+    assert code == 0 and "64 checked intact\nall intact" in output

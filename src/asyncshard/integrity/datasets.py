@@ -82,19 +82,19 @@ class Dataset:
         are): no checksum codec, or one that only ``--decode`` reads."""
         if not self.is_zarr:
             if self.adapter.format.encoded:
-                return None if decode else "gzip data encoding not decoded (use --decode)"
-            return "no checksum (raw data encoding)"
+                return None if decode else "gzip data encoding not decoded, use --decode"
+            return "no checksum: raw data encoding"
         codecs = self._inner_codecs()
         if codecs and codecs[-1] == "crc32c":
             return None
         if decode and ("crc32c" in codecs or "gzip" in codecs):
             return None
         if "crc32c" in codecs or "gzip" in codecs:
-            return "checksum under a compressor not decoded (use --decode)"
+            return "checksum under a compressor not decoded, use --decode"
         after = codecs[codecs.index("bytes") + 1 :] if "bytes" in codecs else codecs
         if not after:
-            return "no checksum codec (raw)"
-        return f"no checksum codec ({', '.join(after)}{': decoded only' if decode else ''})"
+            return "no checksum codec: raw"
+        return f"no checksum codec: {', '.join(after)}{', decoded only' if decode else ''}"
 
     def chunk_fault(
         self, shard_key: str, chunk: Any, stored: BytesLike, check: DecodeCheck | None
