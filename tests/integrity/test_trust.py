@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from asyncshard.cli import cli
@@ -145,3 +146,33 @@ def test_precomputed_chunks_are_checked_only_when_decoded(tmp_path: Path) -> Non
     assert "0 checked intact, 64 not verifiable (gzip data encoding not decoded" in output
     code, output = run("verify", str(tmp_path), "--decode")
     assert code == 0 and "64 checked intact\nall intact" in output
+
+
+def test_a_failed_rewrite_is_reported_and_the_others_are_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One shard's rewrite fails (the store refuses it): the run goes on, the report
+    lists the shard rewritten and the one not, and damage remains."""
+    import asyncshard.integrity.scan as scan
+    from asyncshard.errors import StoreConnectionError
+
+    dst, src = store_pair(tmp_path)
+    corrupt_chunk(dst / SHARD_KEY)
+    corrupt_chunk(dst / OTHER_SHARD)
+    real = scan.replace_shard
+
+    async def refused(store: Any, key: str, *args: Any) -> Any:
+        if key == SHARD_KEY:
+            raise StoreConnectionError("connection reset")
+        return await real(store, key, *args)
+
+    monkeypatch.setattr(scan, "replace_shard", refused)
+    code, report = run_json("repair", str(dst), "--from", str(src))
+    assert code == 1
+    actions = {d["key"]: (d["action"], d["repaired"]) for d in report["damaged"]}
+    assert actions[OTHER_SHARD] == (
+        "rewritten with 15 intact chunks and 1 restored from the source",
+        True,
+    )
+    assert actions[SHARD_KEY][0].startswith("not rewritten: StoreConnectionError")
+    assert (report["repaired"], report["remaining"]) == (1, 1)

@@ -122,7 +122,9 @@ async def _fix(
     restored: Mapping[Any, BytesLike],
 ) -> tuple[str, bool]:
     """Replace the damaged shard by its intact and ``restored`` chunks, only over the
-    version inspected; return what was done and whether the shard was replaced."""
+    version inspected; return what was done and whether the shard was replaced. A write
+    that fails is reported, not raised: the run goes on, and its report still lists the
+    shards rewritten."""
     fmt = adapter.format
     if current.version is None:
         return "left alone: the store gives no version to write over conditionally", False
@@ -132,6 +134,8 @@ async def _fix(
         kept, _ = await replace_shard(adapter.inner, key, new, current, fmt.empty_shard)
     except ConflictError:
         return "left alone: the shard changed since it was inspected; verify it again", False
+    except (AsyncShardError, OSError) as exc:  # reported; the other shards go on
+        return f"not rewritten: {type(exc).__name__}: {exc}; verify it again", False
     if new is not None:
         extra = f" and {len(restored)} restored from the source" if restored else ""
         return f"rewritten with {len(health.intact)} intact chunks{extra}", True
