@@ -126,5 +126,11 @@ class NoShardedDataError(AsyncShardError):
     """``verify``/``repair`` found no sharded dataset where they were pointed."""
 
 
+class DatasetMismatchError(InvalidMetadataError):
+    """``verify``/``repair`` were asked for what the store does not hold or cannot be
+    checked as asked: an unknown dataset, a ``--from`` source that stores its chunks
+    otherwise, a codec ``--decode`` does not know."""
+
+
 class ShardShapeError(ConversionError, ValueError):
     """A shard shape does not fit an array (dimensions, or not positive)."""

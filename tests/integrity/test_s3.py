@@ -3,14 +3,22 @@ shard with nothing intact emptied conditionally (S3 has no conditional delete)."
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
+from click.testing import CliRunner
+
+from asyncshard.cli import cli
 from asyncshard.integrity import repair_async, verify_async
 from asyncshard.sharding.zarr import ZarrShardedStore
 from tests.integrity.test_verify_repair import (
     SHARD_KEY,
+    corrupt_chunk,
     out_of_range,
     truncate,
+    write_precomputed,
     write_zarr,
     zarr_chunks,
 )
@@ -48,3 +56,38 @@ async def test_verify_and_repair_on_s3(tmp_path: Path, s3_server: S3Server) -> N
         assert len(lost) == 17 and "arr/c/5/1" in lost  # 16 of the emptied shard and one
         kept = [(k, v) for k, v in zip(keys, after, strict=True) if v is not None]
         assert all(bytes(v) == before[k] for k, v in kept), "intact chunks byte-identical"
+
+
+async def test_every_dataset_checked_and_no_corrupt_restore_on_s3(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """A volume at the root and an array below it, on S3: the array's corrupt chunk is
+    found, and ``repair --from`` the store itself does not put it back."""
+    write_precomputed(tmp_path)
+    write_zarr(tmp_path / "z")
+    corrupt_chunk(tmp_path / "z" / SHARD_KEY)
+    prefix = unique_prefix()
+    async with s3_store_on(s3_server, prefix) as store:
+        for path in sorted(tmp_path.rglob("*")):
+            if path.is_file():
+                await store.set(str(path.relative_to(tmp_path)), path.read_bytes())
+    url = f"s3://{s3_server.bucket}/{prefix}"
+    flags = ["--endpoint", s3_server.endpoint, "-q"]
+    source_flags = ["--from", url, "--from-endpoint", s3_server.endpoint]
+    for key, value in s3_server.options().items():
+        if key != "endpoint":
+            flags += ["-o", f"{key}={value}"]
+            source_flags += ["--from-option", f"{key}={value}"]
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, [*args, url, *flags])
+
+    found = await asyncio.to_thread(run, "verify", "--json")
+    assert found.exit_code == 1, found.output
+    report = json.loads(found.output)
+    assert report["datasets"] == ["1_1_1", "z/arr"]
+    assert [d["key"] for d in report["damaged"]] == [f"z/{SHARD_KEY}"]
+    fixed = await asyncio.to_thread(run, "repair", *source_flags)
+    assert fixed.exit_code == 1, fixed.output
+    assert "not restored z/arr/c/5/1: corrupt in SOURCE: chunk crc32c mismatch" in fixed.output
+    assert (await asyncio.to_thread(run, "verify")).exit_code == 0

@@ -1,5 +1,5 @@
 """The Zarr plug-in of the conversion pipeline: one v3 array (:class:`ZarrArray`), its
-``zarr.json``, and the walk that finds arrays (:func:`find_arrays`)."""
+``zarr.json``, and the walk that finds arrays and volumes (:func:`find_datasets`)."""
 
 from __future__ import annotations
 
@@ -46,10 +46,12 @@ from asyncshard.store import Store
 __all__ = [
     "META",
     "ZARR_OPTIONS",
+    "FoundDatasets",
     "ZarrArray",
     "ZarrOptions",
     "array_prefix",
     "find_arrays",
+    "find_datasets",
     "read_doc",
 ]
 
@@ -84,26 +86,53 @@ async def read_doc(store: Store, key: str) -> tuple[dict[str, Any], str | None] 
         return None
 
 
-async def find_arrays(store: Store) -> list[str]:
-    """Paths of the Zarr v3 arrays in ``store`` (``""`` for an array at the root).
+@dataclass
+class FoundDatasets:
+    """What :func:`find_datasets` found: Zarr v3 array paths and precomputed volumes
+    (folder path -> ``info`` document); ``""`` is the root."""
 
-    Walks the folders with ``list_dir``, reading each ``zarr.json``; does not descend
-    into arrays, so chunk folders are never listed.
+    arrays: list[str]
+    volumes: dict[str, dict[str, Any]]
+
+
+async def find_datasets(store: Store) -> FoundDatasets:
+    """The Zarr v3 arrays and precomputed volumes anywhere in ``store``.
+
+    Walks the folders with ``list_dir``, reading each ``zarr.json`` and ``info``; does
+    not descend into arrays nor into a volume's scale folders, so chunk folders are
+    never listed. Other folders of a volume are walked: a volume does not hide the
+    datasets stored below it.
     """
-    found: list[str] = []
+    arrays: list[str] = []
+    volumes: dict[str, dict[str, Any]] = {}
 
     async def walk(prefix: str) -> None:
         keys, prefixes = await store.list_dir(prefix)
         if prefix + META in keys:
             got = await read_doc(store, prefix + META)
             if got is not None and got[0].get("node_type") == "array":
-                found.append(prefix.rstrip("/"))
+                arrays.append(prefix.rstrip("/"))
                 return
+        scales: set[str] = set()
+        if prefix + "info" in keys:
+            got = await read_doc(store, prefix + "info")
+            if got is not None and isinstance(got[0].get("scales"), list):
+                volumes[prefix.rstrip("/")] = got[0]
+                scales = {
+                    f"{prefix}{s.get('key')}/" for s in got[0]["scales"] if isinstance(s, dict)
+                }
         for child in prefixes:
-            await walk(child)
+            if child not in scales:
+                await walk(child)
 
     await walk("")
-    return sorted(found)
+    return FoundDatasets(sorted(arrays), dict(sorted(volumes.items())))
+
+
+async def find_arrays(store: Store) -> list[str]:
+    """Paths of the Zarr v3 arrays in ``store`` (``""`` for an array at the root), as
+    :func:`find_datasets` finds them."""
+    return (await find_datasets(store)).arrays
 
 
 @dataclass

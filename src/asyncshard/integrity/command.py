@@ -11,12 +11,36 @@ import click
 from tqdm import tqdm
 
 from asyncshard.convert.api import run_sync
-from asyncshard.errors import AsyncShardError
+from asyncshard.errors import (
+    AsyncShardError,
+    DatasetMismatchError,
+    InvalidKeyError,
+    NoShardedDataError,
+    StoreConfigError,
+    UnsupportedOperationError,
+)
 from asyncshard.integrity.report import IntegrityReport
 from asyncshard.integrity.scan import DEFAULT_IN_FLIGHT, repair_async, verify_async
 from asyncshard.storage_flags import storage_flags, storage_options
 
 __all__ = ["repair", "verify"]
+
+#: Exit status of a usage error, as fsck's (0: intact or repaired, 1: damage remains).
+EXIT_USAGE = 2
+#: Errors that mean the command was pointed at the wrong thing or asked the impossible.
+USAGE_ERRORS = (
+    NoShardedDataError,
+    DatasetMismatchError,
+    StoreConfigError,
+    InvalidKeyError,
+    UnsupportedOperationError,
+)
+
+
+class UsageFailure(click.ClickException):
+    """A failure that is the command line's mistake: exit status 2."""
+
+    exit_code = EXIT_USAGE
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,7 +84,8 @@ def _run(
     options: dict[str, Any],
     **extra: Any,
 ) -> None:
-    """Run a scan with a progress bar; print the report; exit 1 when anything is damaged."""
+    """Run a scan with a progress bar; print the report; exit as fsck does: 0 intact or
+    repaired, 1 damage remains (or the scan could not finish), 2 a usage error."""
     flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
     as_json, quiet = options.pop("as_json"), options.pop("quiet")
     bar = tqdm(unit=" shards", file=sys.stderr, disable=quiet or None, leave=False)
@@ -77,21 +102,23 @@ def _run(
             )
         )
     except (AsyncShardError, OSError, ValueError) as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        kind = UsageFailure if isinstance(exc, USAGE_ERRORS) else click.ClickException
+        raise kind(f"{type(exc).__name__}: {exc}") from None
     finally:
         bar.close()
     click.echo(json.dumps(report.to_json(), indent=1) if as_json else str(report))
-    if not report.ok:
-        sys.exit(1)
+    sys.exit(report.exit_code)
 
 
 @click.command("verify")
 @_common
 def verify(url: str, **options: Any) -> None:
-    """Check every shard of the sharded datasets at URL; exit 1 if any is damaged.
+    """Check every shard of every sharded dataset under URL (Zarr v3 arrays, precomputed
+    scales); exit 0 when intact, 1 when damaged, 2 on a usage error.
 
     Each shard is read whole: its index must decode (and match its checksum), every
-    chunk must lie inside it, overlap no other chunk and match its crc32c codec.
+    chunk must lie inside it, overlap no other chunk and match its crc32c codec. The
+    summary counts the intact chunks no check reaches (no checksum codec), and why.
     """
     _run(verify_async, url, options)
 
@@ -119,8 +146,11 @@ def repair(
     """Rewrite each damaged shard at URL from its intact chunks (and those --from
     SOURCE has); list the chunks restored and lost.
 
-    Writes are conditional on the version inspected: a shard another writer changed
-    meanwhile is left alone. Exits 1 when damage was found (repaired or not).
+    A chunk from SOURCE is used only if it passes the checks verify applies (and
+    decodes, where the codecs allow). Writes are conditional on the version inspected:
+    a shard another writer changed meanwhile is left alone. Exits 0 when everything is
+    intact or repaired, 1 when damage remains (chunks lost, a dry run), 2 on a usage
+    error.
     """
     if source is None:
         if from_endpoint is not None or from_option:

@@ -1,15 +1,22 @@
 """The sharded datasets a scan inspects, and what each needs beyond its format: a check
 that stored chunks decode (``--decode``) and a source of replacement chunks (``--from``).
 
-Datasets are found as conversions find them: the sharded scales of the precomputed
-volume when the store holds an ``info`` file, else the sharded Zarr v3 arrays (all of
-them, or the ``datasets`` paths).
+Datasets are found as conversions find them (:func:`~asyncshard.convert.zarr_array.
+find_datasets`), whatever their format: the sharded scales of every precomputed volume
+(``info``) and every sharded Zarr v3 array under the root, or the ``datasets`` named
+(array paths, scale keys, ``volume/scale`` for a volume below the root).
+
+A chunk is trusted as far as the checks its format has reach: the inner ``crc32c``
+codec, and with ``--decode`` the decoding (a ``gzip`` stream carries its own CRC). Intact
+chunks no check reaches are counted with the reason (:meth:`Dataset.unverified`).
 
 A replacement chunk comes from the dataset at the same path of another store (a backup,
 the flat original a conversion started from), in any layout: Zarr v3 flat or sharded,
 Zarr v2 (read through its v3 translation), precomputed sharded or not. Its stored bytes
 are put into the repaired shard as they are, so the source must store them the same way;
-this is checked before anything is read, and a mismatch is an ``InvalidMetadataError``.
+this is checked before anything is read, and a mismatch is a ``DatasetMismatchError``.
+Each replacement passes the checks ``verify`` applies (:meth:`Dataset.chunk_fault`)
+before it is used.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from asyncshard.buffers import BytesLike
 from asyncshard.convert.hierarchy import read_node
 from asyncshard.convert.journal import normalize
 from asyncshard.convert.layout import read_layout
-from asyncshard.convert.zarr_array import find_arrays
-from asyncshard.errors import InvalidMetadataError
+from asyncshard.convert.zarr_array import find_datasets
+from asyncshard.errors import DatasetMismatchError, FormatError, InvalidMetadataError
 from asyncshard.formats.precomputed.volume import VolumeInfo
 from asyncshard.formats.zarr2 import translate
 from asyncshard.formats.zarr3.codecs import chunk_check, decoded_size
@@ -48,16 +55,63 @@ Restore = Callable[[str, Any], Awaitable[BytesLike | None]]
 
 @dataclass
 class Dataset:
-    """One sharded dataset: its name (array path or scale key), its sharded store and
-    its metadata (``zarr.json``, or the volume's ``info``)."""
+    """One sharded dataset: its name (array path, or scale key behind its volume's
+    folder), its sharded store, its metadata (``zarr.json``, or the volume's ``info``)
+    and, for a scale, its volume's folder (``""``: the root)."""
 
     name: str
     adapter: ShardedAdapter[Any]
     meta: Mapping[str, Any]
+    volume: str = ""
 
     @property
     def is_zarr(self) -> bool:
         return isinstance(self.adapter, ZarrShardedStore)
+
+    @property
+    def scale_key(self) -> str:
+        """A scale's key in its volume's ``info``."""
+        return self.name[len(self.volume) + 1 :] if self.volume else self.name
+
+    def _inner_codecs(self) -> list[str]:
+        inner = self.meta["codecs"][0]["configuration"]["codecs"]
+        return [c if isinstance(c, str) else str(c.get("name")) for c in inner]
+
+    def unverified(self, decode: bool) -> str | None:
+        """Why the bytes of this dataset's intact chunks are not checked (``None``: they
+        are): no checksum codec, or one that only ``--decode`` reads."""
+        if not self.is_zarr:
+            if self.adapter.format.encoded:
+                return None if decode else "gzip data encoding not decoded, use --decode"
+            return "no checksum: raw data encoding"
+        codecs = self._inner_codecs()
+        if codecs and codecs[-1] == "crc32c":
+            return None
+        if decode and ("crc32c" in codecs or "gzip" in codecs):
+            return None
+        if "crc32c" in codecs or "gzip" in codecs:
+            return "checksum under a compressor not decoded, use --decode"
+        after = codecs[codecs.index("bytes") + 1 :] if "bytes" in codecs else codecs
+        if not after:
+            return "no checksum codec: raw"
+        return f"no checksum codec: {', '.join(after)}{', decoded only' if decode else ''}"
+
+    def chunk_fault(
+        self, shard_key: str, chunk: Any, stored: BytesLike, check: DecodeCheck | None
+    ) -> str | None:
+        """Why ``stored``, put in the shard ``shard_key`` as ``chunk``, would not read
+        back intact (``None``: it would): the format's inspection of a shard holding it
+        alone, then ``check``."""
+        fmt = self.adapter.format
+        health = fmt.inspect(shard_key, memoryview(fmt.build(shard_key, {chunk: stored})))
+        if chunk not in health.intact:
+            return health.lost.get(chunk) or "; ".join(health.faults) or "does not read back"
+        if check is not None:
+            try:
+                check(stored, shard_key, chunk)
+            except FormatError as exc:
+                return str(exc)
+        return None
 
     def decode_check(self) -> DecodeCheck | None:
         """What ``--decode`` runs on every intact chunk (``None``: nothing to decode).
@@ -70,7 +124,7 @@ class Dataset:
         try:
             check = chunk_check(inner["codecs"], size)
         except InvalidMetadataError as exc:
-            raise InvalidMetadataError(f"{self.name}: {exc}") from None
+            raise DatasetMismatchError(f"{self.name}: {exc}") from None
         return lambda stored, key, chunk: check(stored)
 
     def possible_chunks(self, shard_key: str) -> Iterator[Any]:
@@ -83,7 +137,7 @@ class Dataset:
             positions = itertools.product(*(range(n) for n in cps))
             yield from (p for p in positions if adapter.format.chunk_key(shard_key, p) is not None)
             return
-        scale = VolumeInfo.from_json(self.meta).scale(self.name)
+        scale = VolumeInfo.from_json(self.meta).scale(self.scale_key)
         assert scale.sharding is not None
         number = scale.sharding.parse_shard_filename(shard_key.rsplit("/", 1)[-1])
         gx, gy, gz = scale.grid_shape
@@ -95,31 +149,64 @@ class Dataset:
             yield from (int(i) for i in ids[shards == number].tolist())
 
 
-async def sharded_datasets(store: Store, datasets: Sequence[str] | None = None) -> list[Dataset]:
-    """Every sharded dataset of ``store`` (see the module)."""
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _scales(store: Store, folder: str, info: Mapping[str, Any]) -> list[Dataset]:
+    volume = PrecomputedVolume(store, info, path=folder)
+    return [
+        Dataset(_join(folder, key), volume.scale(key).store, info, folder)
+        for key in volume.sharded_scale_keys
+    ]
+
+
+async def _zarr(store: Store, path: str) -> Dataset | None:
+    doc = await read_json(store, _join(path, "zarr.json"))
+    if doc is None or doc.get("node_type") != "array" or not is_sharded(doc):
+        return None
+    return Dataset(path or "/", await ZarrShardedStore.open(store, path), doc)
+
+
+async def _named(store: Store, name: str) -> Dataset:
+    """The dataset ``name``: a sharded Zarr array's path or a sharded scale's key (behind
+    its volume's folder)."""
+    path = name.strip("/")
+    found = await _zarr(store, path)
+    if found is not None:
+        return found
+    folder, _, key = path.rpartition("/")
     try:
-        info = await read_json(store, "info")
+        info = await read_json(store, _join(folder, "info"))
     except InvalidMetadataError:
         info = None
     if isinstance(info, dict) and "scales" in info:
-        volume = PrecomputedVolume(store, info)
-        keys = volume.sharded_scale_keys if datasets is None else list(datasets)
-        unknown = [k for k in keys if k not in volume.sharded_scale_keys]
-        if unknown:
-            raise InvalidMetadataError(
-                f"info: no sharded scale {unknown[0]!r} (sharded: {volume.sharded_scale_keys})"
-            )
-        return [Dataset(key, volume.scale(key).store, info) for key in keys]
-    found: list[Dataset] = []
-    for path in await find_arrays(store) if datasets is None else datasets:
-        path = path.strip("/")
-        doc = await read_json(store, f"{path}/zarr.json" if path else "zarr.json")
-        if doc is not None and is_sharded(doc):
-            adapter = await ZarrShardedStore.open(store, path)
-            found.append(Dataset(path or "/", adapter, doc))
-        elif datasets is not None:
-            raise InvalidMetadataError(f"{path or '/'}: not a sharded Zarr v3 array")
-    return found
+        for dataset in _scales(store, folder, info):
+            if dataset.name == path:
+                return dataset
+        sharded = PrecomputedVolume(store, info).sharded_scale_keys
+        raise DatasetMismatchError(
+            f"{_join(folder, 'info')}: no sharded scale {key!r} (sharded: {sharded})"
+        )
+    raise DatasetMismatchError(f"{path or '/'}: not a sharded Zarr v3 array")
+
+
+async def sharded_datasets(store: Store, datasets: Sequence[str] | None = None) -> list[Dataset]:
+    """Every sharded dataset of ``store``, or the ``datasets`` named (see the module)."""
+    if datasets is not None:
+        return [await _named(store, name) for name in datasets]
+    found = await find_datasets(store)
+    out: list[Dataset] = []
+    for folder, info in found.volumes.items():
+        try:
+            out.extend(_scales(store, folder, info))
+        except InvalidMetadataError as exc:
+            raise InvalidMetadataError(f"{_join(folder, 'info')}: {exc}") from None
+    for path in found.arrays:
+        dataset = await _zarr(store, path)
+        if dataset is not None:
+            out.append(dataset)
+    return sorted(out, key=lambda d: d.name)
 
 
 def _stored_form(doc: Mapping[str, Any]) -> Any:
@@ -133,12 +220,12 @@ async def _zarr_restore(source: Store, dataset: Dataset) -> Restore:
     path = "" if dataset.name == "/" else dataset.name
     node = await read_node(source, path)
     if node is None or node.kind != "array":
-        raise InvalidMetadataError(f"--from: no Zarr array at {path or '/'} in the source")
+        raise DatasetMismatchError(f"--from: no Zarr array at {path or '/'} in the source")
     doc = node.meta if node.zarr_format == 3 else translate(node.meta, node.attributes).doc
     if node.zarr_format == 2 and not translate(node.meta).moved:
-        raise InvalidMetadataError(f"--from: {path or '/'}: the source's codecs differ")
+        raise DatasetMismatchError(f"--from: {path or '/'}: the source's codecs differ")
     if _stored_form(doc) != _stored_form(dataset.meta):
-        raise InvalidMetadataError(
+        raise DatasetMismatchError(
             f"--from: {path or '/'}: the source stores its chunks differently "
             "(shape, data type, chunk shape or codecs)"
         )
@@ -158,11 +245,15 @@ async def _zarr_restore(source: Store, dataset: Dataset) -> Restore:
 
 
 async def _precomputed_restore(source: Store, dataset: Dataset) -> Restore:
-    info = await read_json(source, "info")
+    info_key = _join(dataset.volume, "info")
+    info = await read_json(source, info_key)
     if not isinstance(info, dict) or "scales" not in info:
-        raise InvalidMetadataError("--from: the source has no precomputed info")
+        raise DatasetMismatchError(f"--from: the source has no precomputed {info_key}")
     mine, theirs = VolumeInfo.from_json(dataset.meta), VolumeInfo.from_json(info)
-    a, b = mine.scale(dataset.name), theirs.scale(dataset.name)
+    try:
+        a, b = mine.scale(dataset.scale_key), theirs.scale(dataset.scale_key)
+    except KeyError:
+        raise DatasetMismatchError(f"--from: no scale {dataset.name!r} in the source") from None
     same = (
         a.size,
         a.chunk_sizes,
@@ -181,17 +272,18 @@ async def _precomputed_restore(source: Store, dataset: Dataset) -> Restore:
         theirs.num_channels,
     )
     if not same:
-        raise InvalidMetadataError(f"--from: scale {dataset.name!r} differs in the source")
+        raise DatasetMismatchError(f"--from: scale {dataset.name!r} differs in the source")
     fmt = dataset.adapter.format
     if b.sharding is not None:
-        scale = PrecomputedVolume(source, info).scale(dataset.name)
+        scale = PrecomputedVolume(source, info, path=dataset.volume).scale(b.key)
 
         async def raw(chunk: int) -> BytesLike | None:
             return await scale.store.get_chunk(chunk)
     else:
 
         async def raw(chunk: int) -> BytesLike | None:
-            return await source.get(f"{b.key}/{b.chunk_name(b.grid_pos_of(chunk))}")
+            name = b.chunk_name(b.grid_pos_of(chunk))
+            return await source.get(_join(dataset.volume, f"{b.key}/{name}"))
 
     async def restore(shard_key: str, chunk: Any) -> BytesLike | None:
         found = await raw(chunk)

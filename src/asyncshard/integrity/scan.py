@@ -19,8 +19,10 @@ from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.buffers import BytesLike
 from asyncshard.convert.api import blocking
 from asyncshard.errors import (
+    AsyncShardError,
     ConflictError,
     FormatError,
+    InvalidMetadataError,
     NoShardedDataError,
     UnsupportedOperationError,
 )
@@ -84,22 +86,30 @@ async def _restore(
     check: DecodeCheck | None,
     key: str,
     health: ShardHealth[Any],
+    damaged: DamagedShard,
 ) -> dict[Any, BytesLike]:
-    """Stored bytes of the lost chunks that ``restore`` has (and that pass ``check``):
-    those named lost, or every chunk not intact when a fault hides which were there."""
+    """Stored bytes of the lost chunks that ``restore`` has and that pass the checks
+    ``verify`` applies (and ``check``): those named lost, or every chunk not intact when
+    a fault hides which were there. A copy that fails them, or that the source cannot
+    read (its own shard damaged), is named in ``damaged.not_restored``."""
+    fmt = dataset.adapter.format
     lost = list(health.lost)
     if health.faults:
         lost = [c for c in dataset.possible_chunks(key) if c not in health.intact]
     found: dict[Any, BytesLike] = {}
     for chunk in lost:
-        stored = await restore(key, chunk)
+        name = fmt.chunk_key(key, chunk) or f"{key}#{chunk}"
+        try:
+            stored = await restore(key, chunk)
+        except (AsyncShardError, OSError) as exc:  # the source's copy is damaged too
+            damaged.not_restored[name] = f"SOURCE unreadable: {type(exc).__name__}: {exc}"
+            continue
         if stored is None:
             continue
-        if check is not None:
-            try:
-                await asyncio.to_thread(check, stored, key, chunk)
-            except FormatError:
-                continue
+        fault = await asyncio.to_thread(dataset.chunk_fault, key, chunk, stored, check)
+        if fault is not None:
+            damaged.not_restored[name] = f"corrupt in SOURCE: {fault}"
+            continue
         found[chunk] = stored
     return found
 
@@ -112,7 +122,9 @@ async def _fix(
     restored: Mapping[Any, BytesLike],
 ) -> tuple[str, bool]:
     """Replace the damaged shard by its intact and ``restored`` chunks, only over the
-    version inspected; return what was done and whether the shard was replaced."""
+    version inspected; return what was done and whether the shard was replaced. A write
+    that fails is reported, not raised: the run goes on, and its report still lists the
+    shards rewritten."""
     fmt = adapter.format
     if current.version is None:
         return "left alone: the store gives no version to write over conditionally", False
@@ -122,6 +134,8 @@ async def _fix(
         kept, _ = await replace_shard(adapter.inner, key, new, current, fmt.empty_shard)
     except ConflictError:
         return "left alone: the shard changed since it was inspected; verify it again", False
+    except (AsyncShardError, OSError) as exc:  # reported; the other shards go on
+        return f"not rewritten: {type(exc).__name__}: {exc}; verify it again", False
     if new is not None:
         extra = f" and {len(restored)} restored from the source" if restored else ""
         return f"rewritten with {len(health.intact)} intact chunks{extra}", True
@@ -158,22 +172,26 @@ async def _scan(
             raise NoShardedDataError(f"no sharded Zarr v3 array or precomputed scale at {where}")
         checks = [d.decode_check() if decode else None for d in found]  # before any read
         restores = [None if backup is None else await restore_source(backup, d) for d in found]
+        if backup is not None:  # restored chunks are decoded too, where that is possible
+            checks = [c or _restore_check(d) for c, d in zip(checks, found, strict=True)]
 
         async def one(
             dataset: Dataset, check: DecodeCheck | None, restore: Restore | None, key: str
         ) -> None:
             adapter = dataset.adapter
-            inspected = await _inspect(adapter, key, check)
+            inspected = await _inspect(adapter, key, check if decode else None)
             if inspected is not None:
                 health, meta = inspected
                 report.shards += 1
                 report.chunks += len(health.intact)
+                if unverified := dataset.unverified(decode):
+                    report.unverified[unverified] += len(health.intact)
                 if health.damaged:
                     damaged = _damage(dataset.name, adapter, key, health)
                     if fix:
                         restored = {}
                         if restore is not None:
-                            restored = await _restore(dataset, restore, check, key, health)
+                            restored = await _restore(dataset, restore, check, key, health, damaged)
                         if dry_run:
                             damaged.action = "would be rewritten (dry run)"
                             wrote = True
@@ -181,6 +199,14 @@ async def _scan(
                             damaged.action, wrote = await _fix(adapter, key, health, meta, restored)
                         if wrote:  # restored only once they are in place (or would be)
                             damaged.restore(adapter.format, key, restored)
+                        # nothing known lost remains, and a fault's chunks came from SOURCE
+                        damaged.repaired = (
+                            wrote
+                            and not dry_run
+                            and not damaged.lost
+                            and not damaged.not_restored
+                            and (not health.faults or restore is not None)
+                        )
                     report.damaged.append(damaged)
             if on_shard is not None:
                 on_shard(key)
@@ -203,6 +229,14 @@ async def _scan(
     report.damaged.sort(key=lambda d: d.key)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _restore_check(dataset: Dataset) -> DecodeCheck | None:
+    """The decode check of restored chunks without ``--decode``: where the codecs allow."""
+    try:
+        return dataset.decode_check()
+    except InvalidMetadataError:
+        return None
 
 
 @asynccontextmanager
