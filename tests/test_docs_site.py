@@ -47,3 +47,44 @@ def test_the_cli_reference_has_every_command(site: Path) -> None:
     assert cli.commands, "no commands"
     missing = [name for name in cli.commands if f"asyncshard {name}" not in page]
     assert not missing, missing
+
+
+def config_rows(site: Path) -> dict[str, str]:
+    """Option name -> the text of its row, from the configuration reference page."""
+    import html
+    import re
+
+    page = (site / "reference" / "configuration" / "index.html").read_text()
+    rows: dict[str, str] = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", page, flags=re.S):
+        cells = [
+            html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+            for c in re.findall(r"<td>(.*?)</td>", row, flags=re.S)
+        ]
+        if len(cells) == 4:
+            rows.setdefault(cells[0], " | ".join(cells))
+    return rows
+
+
+def test_the_configuration_reference_lists_every_option_with_its_meaning(site: Path) -> None:
+    import dataclasses
+    import inspect
+
+    from asyncshard.backends.cloud.store import CloudStore
+    from asyncshard.backends.local.store import LocalStore
+    from asyncshard.server.config import AppConfig
+    from asyncshard.sharding.engine.adapter import ShardedAdapter
+
+    rows = config_rows(site)
+    own = {
+        name
+        for cls in (CloudStore, LocalStore, ShardedAdapter)
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and name != "config"
+    } | {f.name for f in dataclasses.fields(AppConfig)}
+    missing = sorted(own - set(rows))
+    assert not missing, missing
+    undescribed = sorted(n for n in own if rows[n].endswith("|") or rows[n].split(" | ")[3] == "")
+    assert not undescribed, undescribed
+    for obstore_key in ("access_key_id", "endpoint", "service_account", "account_name", "timeout"):
+        assert obstore_key in rows, obstore_key
