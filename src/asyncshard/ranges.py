@@ -48,6 +48,7 @@ class Suffix:
 
 
 ByteRange = Range | Offset | Suffix
+"""A byte range of one object: :class:`Range`, :class:`Offset` or :class:`Suffix`."""
 
 
 def resolve(byte_range: ByteRange | None, size: int) -> tuple[int, int]:
