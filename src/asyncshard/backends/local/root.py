@@ -3,7 +3,8 @@
 Every key is resolved below the root (links by ``realpath``) and refused unless it lies
 inside the root, and every descriptor opened for a key is checked again through
 ``/proc/self/fd``, so a path swapped for a link after it was resolved cannot lead
-outside.
+outside. Listings and prunes open folders level by level relative to their parent's
+descriptor, links not followed (:meth:`Root.open_dir`, :meth:`Root.prune`).
 """
 
 from __future__ import annotations
