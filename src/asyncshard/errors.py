@@ -134,3 +134,8 @@ class DatasetMismatchError(InvalidMetadataError):
 
 class ShardShapeError(ConversionError, ValueError):
     """A shard shape does not fit an array (dimensions, or not positive)."""
+
+
+class OverlappingStoresError(ConversionError, ValueError):
+    """A copy's destination is its source, lies inside it or holds it (compared as
+    places: backend, endpoint, bucket and prefix, not as written)."""

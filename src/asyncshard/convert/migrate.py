@@ -24,13 +24,12 @@ deepest first, so ``dest``'s root metadata appears when the whole hierarchy is t
 from __future__ import annotations
 
 import copy
-import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
 
+from asyncshard.backends.places import place_of
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.api import fold_storage_options
 from asyncshard.convert.hierarchy import HierarchyNode, walk_hierarchy
@@ -47,6 +46,7 @@ from asyncshard.errors import (
     ConversionError,
     InvalidMetadataError,
     NothingToConvertError,
+    OverlappingStoresError,
     ShardShapeError,
 )
 from asyncshard.formats import ome
@@ -260,34 +260,22 @@ async def _plan_array(
     return array
 
 
-def _place(store: Store) -> tuple[str, str] | None:
-    """Where a store's objects live: its server (endpoint) and its path there, with a
-    local folder's symbolic links resolved; ``None`` if the store has no URL."""
-    if store.url is None:
-        return None
-    parts = urlsplit(store.url)
-    if parts.scheme == "file":
-        return "", os.path.realpath(unquote(parts.path)).rstrip("/") + "/"
-    options = store.open_options
-    server = str(options.get("endpoint") or options.get("base_url") or "")
-    return server, store.url.rstrip("/") + "/"
-
-
 def _check_apart(reader: Store, store: Store) -> None:
-    """``ConversionError`` when source and destination are one place, or one holds the
-    other (a rerun would walk the copy as part of the source, or the reverse)."""
+    """``OverlappingStoresError`` when source and destination are one place, or one
+    holds the other (a rerun would walk the copy as part of the source, or the reverse):
+    the stores' resolved places are compared (:mod:`asyncshard.backends.places`), not
+    how their URLs and endpoints are written."""
     same = "the destination is the source; leave out `to` to convert in place"
     if reader is store:
-        raise ConversionError(same)
-    src, dst = _place(reader), _place(store)
-    if src is None or dst is None or src[0] != dst[0]:
+        raise OverlappingStoresError(same)
+    src, dst = place_of(reader), place_of(store)
+    if src is None or dst is None or not src.overlaps(dst):
         return
-    if src[1] == dst[1]:
-        raise ConversionError(same)
-    if dst[1].startswith(src[1]) or src[1].startswith(dst[1]):
-        raise ConversionError(
-            f"{store.url} and {reader.url} lie inside one another; convert to a location apart"
-        )
+    if src == dst:
+        raise OverlappingStoresError(same)
+    raise OverlappingStoresError(
+        f"{store.url} and {reader.url} lie inside one another; convert to a location apart"
+    )
 
 
 async def copy_store(

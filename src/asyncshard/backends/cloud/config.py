@@ -120,7 +120,7 @@ def client_options(
     if allow_http is not None:
         client["allow_http"] = allow_http
     elif "allow_http" not in client:
-        client["allow_http"] = endpoint_of(target, cfg).startswith("http://")
+        client["allow_http"] = endpoint_of(target, cfg).lower().startswith("http://")
     return client
 
 

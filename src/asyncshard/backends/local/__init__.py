@@ -41,9 +41,12 @@ the root is resolved once, as soon as it exists. Then the check is repeated on w
 actually opened: the path of the open descriptor (``/proc/self/fd``) must lie inside the
 root, for reads (fast and slow path), heads, the temp file a write creates, the folder
 a write renames in (the rename goes through that folder's locked descriptor), the folder
-a delete unlinks from and both ends of a copy. So swapping a folder on the path for a
-link to outside, at any moment, cannot lead a read, write, delete or copy outside; it
-makes the operation fail with a typed error. A link inside the root
+a delete unlinks from and both ends of a copy. Listings and prunes (after deletes, after
+a failed write, and ``prune``) open each folder relative to its parent's descriptor,
+links not followed, and list or remove names through those descriptors. So swapping a
+folder on the path for a link to outside, at any moment, cannot lead a read, write,
+delete, copy, listing or prune outside; it makes the operation fail with a typed error
+(or skip that folder). A link inside the root
 to an object inside the root is an alias: reads and writes go to its target, a delete
 removes the link. Listings show only what the API accepts: regular files (or links to
 them inside the root) and folders whose names are valid key segments; links to folders

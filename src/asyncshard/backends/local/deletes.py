@@ -43,19 +43,53 @@ def unlink_many(root: Root, keys: Sequence[str]) -> None:
 def prune_below(root: Root, prefix: str) -> None:
     """Remove every folder below the folder ``prefix`` (``""`` or ending in ``/``) that
     holds nothing, deepest first, then the folder itself and its parents while empty
-    (never the root). Links are not followed; a folder that is not empty (an object, a
-    temp file, a folder that stays) stays; one that vanished meanwhile is fine."""
+    (never the root). Links are not followed: each folder is opened and removed
+    relative to its parent's descriptor. A folder that is not empty (an object, a temp
+    file, a folder that stays) stays; one that vanished meanwhile is fine."""
     try:
         top = root.folder(prefix[:-1])
+        fd = root.open_dir(prefix[:-1], prefix or "/")
     except AsyncShardError:
         return  # a prefix that leads outside the root or through a file: nothing ours
-    for folder, _, _ in os.walk(top, topdown=False):
-        # a batch's staging folder is empty for a moment before its first temp file:
-        # left to the sweeps, which remove it once stale
-        if folder != top and not os.path.basename(folder).startswith(TMP_PREFIX):
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
+    if fd is None:
+        return
+    # the folders open from the top down to the current one, each with the names of
+    # its subfolders still to visit; a folder is removed once all below it were
+    stack: list[tuple[int, str, list[str]]] = [(fd, "", _subfolders(fd))]
+    try:
+        while stack:
+            held, name, todo = stack[-1]
+            if todo:
+                sub = todo.pop()
+                with contextlib.suppress(AsyncShardError):
+                    opened = root.open_below(held, sub, sub)
+                    if opened is not None and opened >= 0:
+                        stack.append((opened, sub, _subfolders(opened)))
+                continue
+            stack.pop()
+            os.close(held)
+            if stack:  # not the top: removed through its parent, if empty
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=stack[-1][0])
+    finally:
+        for held, _, _ in stack:
+            os.close(held)
     root.prune(top)
+
+
+def _subfolders(fd: int) -> list[str]:
+    """The folders (not links) in the open folder ``fd``, but for the staging folders of
+    batches: one is empty for a moment before its first temp file, and left to the
+    sweeps, which remove it once stale."""
+    try:
+        with os.scandir(fd) as it:
+            return [
+                e.name
+                for e in it
+                if e.is_dir(follow_symlinks=False) and not e.name.startswith(TMP_PREFIX)
+            ]
+    except OSError:
+        return []
 
 
 def _unlink(root: Root, key: str, folders: FolderFds) -> str | None:

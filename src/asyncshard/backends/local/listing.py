@@ -3,72 +3,87 @@
 Listable: folders (not links to them) and regular files (or links to regular files
 inside the root) whose names are valid key segments; temp files and the staging folders
 of batch writes are hidden.
+
+Every folder is listed through a descriptor: the listed folder is opened level by level
+below the root (:meth:`.Root.open_dir`) and each folder below it relative to its
+parent's descriptor, links not followed. A folder swapped for a link meanwhile is not
+entered, so no listing names what lies outside the root.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
-from asyncshard.backends.local.files import (
-    TMP_PREFIX,
-    is_missing,
-    overlaps,
-    valid_name,
-    within,
-)
+from asyncshard.backends.local.files import TMP_PREFIX, is_missing, overlaps, valid_name
 from asyncshard.backends.local.root import Root
 
 
 def walk(root: Root, prefix: str) -> list[str]:
     """Every key starting with ``prefix``, sorted."""
     parent = prefix.rpartition("/")[0]
+    base = parent + "/" if parent else ""
+    fd = root.open_dir(parent, prefix or "/")
+    if fd is None:
+        return []
     keys: list[str] = []
-    todo = [(root.folder(parent), parent + "/" if parent else "")]
-    while todo:
-        folder, base = todo.pop()
-        for entry, is_folder in _entries(root, folder, base):
-            key = base + entry.name
-            if is_folder:
-                if overlaps(key + "/", prefix):
-                    todo.append((entry.path, key + "/"))
-            elif key.startswith(prefix):
-                keys.append(key)
-    return sorted(keys)
+    # the folders open from the listed one down to the current one, each with the
+    # names of its subfolders still to list: as many descriptors as levels
+    stack: list[tuple[int, str, list[str]]] = []
+    try:
+        while True:
+            files, folders = _entries(root, fd, base)
+            keys += [key for key in (base + name for name in files) if key.startswith(prefix)]
+            stack.append((fd, base, [n for n in folders if overlaps(f"{base}{n}/", prefix)]))
+            fd = -1
+            while fd < 0 and stack:
+                top, above, todo = stack[-1]
+                if not todo:
+                    stack.pop()
+                    os.close(top)
+                    continue
+                name = todo.pop()
+                base = f"{above}{name}/"
+                opened = root.open_below(top, name, base)
+                fd = -1 if opened is None else opened  # gone, or a link now: skipped
+            if fd < 0:
+                return sorted(keys)
+    finally:
+        for held, _, _ in stack:
+            os.close(held)
 
 
 def scan(root: Root, prefix: str) -> tuple[list[str], list[str]]:
     """The keys and the sub-prefixes directly below ``prefix`` (``""`` or ending in ``/``)."""
-    folder = root.folder(prefix[:-1])
-    keys: list[str] = []
-    prefixes: list[str] = []
-    for entry, is_folder in _entries(root, folder, prefix):
-        if is_folder:
-            prefixes.append(prefix + entry.name + "/")
-        else:
-            keys.append(prefix + entry.name)
-    return sorted(keys), sorted(prefixes)
-
-
-def _entries(root: Root, folder: str, key: str) -> Iterator[tuple[os.DirEntry[str], bool]]:
-    """``(entry, is_folder)`` for each listable entry of ``folder`` (key prefix ``key``)."""
-    real = root.real()
+    fd = root.open_dir(prefix[:-1], prefix or "/")
+    if fd is None:
+        return [], []
     try:
-        with os.scandir(folder) as it:
+        files, folders = _entries(root, fd, prefix)
+    finally:
+        os.close(fd)
+    return sorted(prefix + name for name in files), sorted(f"{prefix}{n}/" for n in folders)
+
+
+def _entries(root: Root, fd: int, key: str) -> tuple[list[str], list[str]]:
+    """The names of the listable files and of the folders in the open folder ``fd``
+    (the folder key ``key``, ``""`` or ending in ``/``)."""
+    files: list[str] = []
+    folders: list[str] = []
+    try:
+        with os.scandir(fd) as it:
             for entry in it:
                 name = entry.name
-                if not valid_name(name):
-                    continue
+                if name.startswith(TMP_PREFIX) or not valid_name(name):
+                    continue  # a temp file or a batch's staging folder; a name no key has
                 if entry.is_dir(follow_symlinks=False):
-                    if not name.startswith(TMP_PREFIX):  # a batch's staging folder
-                        yield entry, True
-                elif (
-                    entry.is_file()
-                    and not name.startswith(TMP_PREFIX)
-                    and (not entry.is_symlink() or within(os.path.realpath(entry.path), real))
-                ):
-                    yield entry, False
+                    folders.append(name)
+                elif entry.is_symlink():
+                    if root.links_to_file(fd, name, key):
+                        files.append(name)
+                elif entry.is_file(follow_symlinks=False):
+                    files.append(name)
     except OSError as exc:
         if is_missing(exc):
-            return
-        raise root.error(exc, key or "/", "list", folder) from exc
+            return files, folders
+        raise root.error(exc, key or "/", "list", os.path.join(root.real(), key)) from exc
+    return files, folders

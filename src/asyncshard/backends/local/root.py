@@ -3,7 +3,8 @@
 Every key is resolved below the root (links by ``realpath``) and refused unless it lies
 inside the root, and every descriptor opened for a key is checked again through
 ``/proc/self/fd``, so a path swapped for a link after it was resolved cannot lead
-outside.
+outside. Listings and prunes open folders level by level relative to their parent's
+descriptor, links not followed (:meth:`Root.open_dir`, :meth:`Root.prune`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from asyncshard.store import ObjectMeta
 
 #: Flags of a read-only open that never follows a link at the last component.
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+#: Flags of a folder's descriptor (listed, or a parent to open and remove names in).
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 #: Folder key -> resolved folder path, shared by the objects of one batch.
 Folders = dict[str, str]
@@ -196,21 +200,101 @@ class Root:
         self.check_opened(fd, key)
         return fd
 
+    def open_dir(self, parent: str, key: str) -> int | None:
+        """A descriptor of the folder key ``parent`` (``""`` is the root); ``None`` if
+        missing or not a folder.
+
+        Each level is opened below the last, links not followed, so the folder is the one
+        the names lead to inside the root, whatever is swapped meanwhile. A level that
+        is a link (an alias inside the root) takes the full resolution, and the folder
+        opened is checked (:meth:`open_folder`)."""
+        root = self.real()
+        try:
+            fd = os.open(root, DIR_FLAGS)
+        except OSError as exc:
+            if is_missing(exc):
+                return None
+            raise self.error(exc, key, "open", root) from exc
+        for part in parent.split("/") if parent else ():
+            child = self.open_below(fd, part, key)
+            os.close(fd)
+            if child is None:
+                return None
+            if child < 0:  # a link, or a file: the full resolution says which
+                return self.open_folder(self.folder(parent), key)
+            fd = child
+        return fd
+
+    def open_below(self, fd: int, name: str, key: str) -> int | None:
+        """The folder ``name`` in the open folder ``fd``, not followed if a link: its
+        descriptor; ``None`` if missing; ``-1`` if a link or not a folder."""
+        try:
+            return os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return -1
+            if is_missing(exc):
+                return None
+            raise self.error(exc, key, "open", name) from exc
+
+    def links_to_file(self, fd: int, name: str, folder: str) -> bool:
+        """Whether the link ``name`` in the open folder ``fd`` (the folder key
+        ``folder``) leads to a regular file inside the root: the file it leads to is
+        opened (``O_PATH``) and its descriptor checked, not a path."""
+        real = self.real()
+        if not PROC_FD:
+            path = os.path.realpath(os.path.join(real, folder, name))
+            return within(path, real) and os.path.isfile(path)
+        try:
+            target = os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:  # dangling, a loop, not allowed: not an object
+            return False
+        try:
+            if not stat.S_ISREG(os.fstat(target).st_mode):
+                return False
+            return within(os.readlink(f"/proc/self/fd/{target}"), real)
+        except OSError:
+            return False
+        finally:
+            os.close(target)
+
     def prune(self, folder: str, *, top: str | None = None) -> None:
-        """Remove ``folder`` and then its parents while they are empty.
+        """Remove the resolved ``folder`` and then its parents while they are empty.
 
         Stops at the root (never removed), at the first folder that is not empty, or
-        after removing ``top``.
+        after removing ``top``. Each level is opened below the last (links not
+        followed) and each folder removed through its parent's descriptor, so a folder
+        swapped for a link meanwhile is never followed: nothing outside is removed.
         """
         root = self.real()
-        while folder != root and within(folder, root):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                return
-            if folder == top:
-                return
-            folder = os.path.dirname(folder)
+        if folder == root or not within(folder, root):
+            return
+        parts = os.path.relpath(folder, root).split(os.sep)
+        last = -1
+        if top is not None and within(folder, top) and within(top, root) and top != root:
+            last = os.path.relpath(top, root).count(os.sep)
+        try:
+            levels = [os.open(root, DIR_FLAGS)]
+        except OSError:
+            return
+        try:
+            for part in parts[:-1]:
+                child = self.open_below(levels[-1], part, part)
+                if child is None or child < 0:
+                    return  # a level vanished or is a link now: nothing of ours to prune
+                levels.append(child)
+            for depth in range(len(parts) - 1, -1, -1):
+                try:
+                    os.rmdir(parts[depth], dir_fd=levels[depth])
+                except OSError:
+                    return
+                if depth == last:
+                    return
+        except AsyncShardError:
+            return  # a level that cannot be opened: left as it is
+        finally:
+            for fd in levels:
+                os.close(fd)
 
     def error(self, exc: OSError, key: str, action: str, path: str) -> AsyncShardError:
         """The asyncshard error for an unexpected ``OSError`` on ``key``."""
