@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncshard.backends import open_store
+from asyncshard.backends.cloud import CloudStore
 from asyncshard.cli import cli
 from asyncshard.errors import AsyncShardError, StoreConfigError
 from tests.servers.fixtures import unique_prefix
@@ -203,3 +204,27 @@ def test_no_gcs_string_option_value_panics(name: str, gcs_fake: FakeGCS) -> None
         _opens_or_refuses(f"gs://bucket/{unique_prefix()}", {**base, name: value})
 
     fuzz()
+
+
+# -- AWS_EC2_METADATA_DISABLED --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["true", "TRUE", "True"])
+async def test_disabled_instance_metadata_is_never_asked(
+    spelling: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, no_aws_environment: None
+) -> None:
+    """With no credentials and ``AWS_EC2_METADATA_DISABLED=true``, as the AWS SDKs read
+    it, the store says so when opened instead of asking 169.254.169.254 at each request;
+    credentials given or anonymous requests still work."""
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", spelling)
+    url = f"s3://{s3_server.bucket}/{unique_prefix()}"
+    with pytest.raises(StoreConfigError, match="AWS_EC2_METADATA_DISABLED") as err:
+        open_store(url, endpoint=s3_server.endpoint, region=s3_server.region)
+    assert "169.254" not in str(err.value) and "access_key_id" in str(err.value)
+    async with open_store(url, **s3_server.options()) as store:
+        await store.set("k", b"v")
+        assert await store.get("k") == b"v"
+    anonymous = open_store(url, endpoint=s3_server.endpoint, skip_signature=True)
+    assert isinstance(anonymous, CloudStore) and "anonymous" in anonymous.credential_source
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
+    assert open_store(url, endpoint=s3_server.endpoint, region=s3_server.region) is not None

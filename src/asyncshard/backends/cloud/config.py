@@ -289,7 +289,16 @@ def _s3_source(cfg: Mapping[str, Any]) -> str:
         "AWS_CONTAINER_CREDENTIALS_FULL_URI"
     ):
         return "the ECS/EKS container credentials endpoint"
-    return "the EC2 instance metadata service (no AWS credentials were configured)"
+    return EC2_METADATA
+
+
+#: Where S3 credentials come from when none are configured.
+EC2_METADATA = "the EC2 instance metadata service (no AWS credentials were configured)"
+
+
+def metadata_disabled() -> bool:
+    """Whether ``AWS_EC2_METADATA_DISABLED`` is ``true`` (any case, as the AWS SDKs read it)."""
+    return os.environ.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true"
 
 
 def _gcs_source(cfg: Mapping[str, Any]) -> str:

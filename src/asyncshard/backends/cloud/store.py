@@ -201,6 +201,13 @@ class CloudStore(Store):
         self.credential_source = _config.credential_source(
             self.kind, cfg, credential_provider, client
         )
+        if self.credential_source == _config.EC2_METADATA and _config.metadata_disabled():
+            raise StoreConfigError(
+                f"{url}: no AWS credentials are configured and AWS_EC2_METADATA_DISABLED "
+                "forbids asking the instance metadata service: give access_key_id and "
+                "secret_access_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), a "
+                "credential_provider, or skip_signature=True (--anon) for a public bucket"
+            )
         self._os: Any = _config.build_obstore(target, cfg, client, retry, credential_provider)
         self._inflight = InFlight()
         #: Whether unconditioned reads go through obstore's ``get_range_async`` (one
