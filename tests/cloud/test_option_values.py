@@ -89,6 +89,13 @@ def test_gcs_and_azure_addresses_are_checked_too() -> None:
         open_store("az://container/p", account_name="acct", endpoint="acct.example:10000")
 
 
+@pytest.mark.parametrize("url", ['http://Ui"H/data', "http://d\u00a3}/x", "https://a b/x"])
+def test_a_malformed_http_host_is_refused_when_opened(url: str) -> None:
+    """obstore takes these and panics when it builds a request's URL."""
+    with pytest.raises(StoreConfigError, match=r"host|ASCII"):
+        open_store(url)
+
+
 def test_a_secret_is_not_repeated_in_the_error() -> None:
     with pytest.raises(StoreConfigError) as err:
         open_store(

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 from obstore import exceptions as obs_errors
 from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
 
-from asyncshard.backends.cloud.checks import check_client_options, seconds, shown
+from asyncshard.backends.cloud.checks import check_client_options, seconds, shown, url_problem
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import StoreConfigError, UnknownOptionError
 
@@ -89,6 +89,10 @@ def parse_url(url: str) -> Target:
             f"{url!r}: {target.bucket!r} is not a valid bucket name "
             "(letters, digits, '.', '-', '_')"
         )
+    if kind == "http":
+        problem = url_problem(f"{parts.scheme}://{parts.netloc}")
+        if problem is not None:
+            raise StoreConfigError(f"{url!r}: {problem}")
     return target
 
 
