@@ -117,6 +117,8 @@ def base_name(name: str) -> str:
 
 def url_problem(value: str) -> str | None:
     """Why ``value`` is not an ``http(s)://host[:port][/path]`` address (``None``: it is)."""
+    if not value:
+        return "empty: an address is http(s)://host[:port], e.g. http://127.0.0.1:9000"
     if not _PRINTABLE.fullmatch(value):
         return "an address is printable ASCII without spaces, e.g. http://127.0.0.1:9000"
     try:
@@ -148,10 +150,12 @@ def check_endpoint(name: str, value: Any) -> None:
         raise _bad(name, value, problem)
 
 
-def _check_value(name: str, value: Any, shown: str | None = None) -> None:
-    """Check ``value`` by what option ``name`` is; errors name it ``shown`` (or ``name``)."""
+def _check_value(name: str, value: Any, label: str | None = None) -> None:
+    """Check ``value`` by what option ``name`` is; errors name it ``label`` (or ``name``)."""
     base = base_name(name)
-    name = shown or name
+    name = label or name
+    if value is None:
+        return  # not given
     if base in URL_OPTIONS:
         check_endpoint(name, value)
     elif not isinstance(value, str):
