@@ -86,6 +86,15 @@ class StoreBackendError(AsyncShardError):
     """The backend failed in a way asyncshard does not classify further (see the message)."""
 
 
+class CorruptResponseError(StoreBackendError):
+    """The backend answered a read with other bytes than those asked (another range than
+    the one asked and none that holds it, or a body shorter or longer than it says)."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+
+
 class ConversionError(AsyncShardError):
     """A conversion cannot proceed safely (unexpected objects, metadata changed meanwhile)."""
 

@@ -12,7 +12,8 @@ consume.
   ``get_partial_values``, so an obspec reader of inner chunks goes through the shard-index
   cache and the batching.
 - :func:`from_obspec` wraps an obspec client as a Store (conditional writes map onto
-  ``mode="create"`` and ``UpdateVersion``).
+  ``mode="create"`` and ``UpdateVersion``); every answer is checked against what was
+  asked (:mod:`asyncshard.answers`): never other bytes than those asked.
 
 Errors follow obspec: a missing object raises :class:`obspec.exceptions.NotFoundError`
 (a ``FileNotFoundError``), a failed ``if_match`` or update
@@ -35,6 +36,7 @@ import obspec
 import obstore.store
 from obspec import exceptions as obspec_errors
 
+from asyncshard.answers import checked_answer, checked_ranged_body
 from asyncshard.backends.cloud.errors import Failure, classify
 from asyncshard.blocking import run_blocking
 from asyncshard.errors import (
@@ -433,8 +435,9 @@ class ObspecClientStore(Store):
         ranged_reads: whether reads of bytes alone may take the client's
             ``get_range_async`` (one call instead of ``get_async`` and ``buffer_async``),
             trusting it to answer exactly the range asked, clamped at the end, as obspec
-            says. By default only obstore's stores (object_store checks what servers
-            send) and :func:`to_obspec`'s; a client without the method never does.
+            says (only a body longer than asked can be seen, and raises). By default
+            only obstore's stores (object_store checks what servers send) and
+            :func:`to_obspec`'s; a client without the method never does.
     """
 
     def __init__(
@@ -476,13 +479,13 @@ class ObspecClientStore(Store):
         options: dict[str, Any] = {} if if_match is None else {"if_match": if_match}
         try:
             if byte_range is None:
-                return await self._fetch_once(key, options)
+                return await self._fetch_once(key, None, options)
             if isinstance(byte_range, Range) and byte_range.end <= byte_range.start:
                 return await self._empty(key, if_match)
             if self._whole_reads:
                 return await self._whole_sliced(key, byte_range, options)
             try:
-                return await self._fetch_once(key, {**options, "range": _to_range(byte_range)})
+                return await self._fetch_once(key, byte_range, options)
             except _RangeRefused as refused:
                 if classify(refused.__cause__ or refused) is Failure.NOT_PARTIAL:
                     self._no_ranges()
@@ -530,10 +533,15 @@ class ObspecClientStore(Store):
             else:
                 raise StoreBackendError(f"{key}: {exc}") from exc
             return None if result is None else result.data
-        view = memoryview(data)  # obstore's Bytes or any buffer, not copied
-        return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+        return checked_ranged_body(key, span, data)  # obstore's Bytes or any buffer, not copied
 
-    async def _fetch_once(self, key: str, options: dict[str, Any]) -> GetResult | None:
+    async def _fetch_once(
+        self, key: str, byte_range: ByteRange | None, options: dict[str, Any]
+    ) -> GetResult | None:
+        """One ``get_async`` of ``byte_range`` (``None``: the whole object), its answer
+        checked (:func:`~asyncshard.answers.checked_answer`)."""
+        if byte_range is not None:
+            options = {**options, "range": _to_range(byte_range)}
         try:
             result = await self.client.get_async(key, options=options or None)
             data = await result.buffer_async()
@@ -549,13 +557,14 @@ class ObspecClientStore(Store):
             if "range" in options:
                 raise _RangeRefused() from exc
             raise StoreBackendError(f"{key}: {exc}") from exc
-        return GetResult(data, self._meta(key, result.meta))
+        meta = self._meta(key, result.meta)
+        return GetResult(checked_answer(key, byte_range, data, result, meta.size), meta)
 
     async def _whole_sliced(
         self, key: str, byte_range: ByteRange, options: dict[str, Any]
     ) -> GetResult | None:
         """``byte_range`` cut from the whole object (a server that has no ranges)."""
-        result = await self._fetch_once(key, options)
+        result = await self._fetch_once(key, None, options)
         if result is None:
             return None
         start, end = resolve(byte_range, result.meta.size)
@@ -573,7 +582,7 @@ class ObspecClientStore(Store):
             return await self._empty(key, if_match, meta)
         self._count_request("get")
         try:
-            return await self._fetch_once(key, {**options, "range": (start, end)})
+            return await self._fetch_once(key, Range(start, end), options)
         except _RangeRefused as refused:  # refused again, inside the object: an error
             raise StoreBackendError(f"{key}: {refused.__cause__}") from refused.__cause__
 

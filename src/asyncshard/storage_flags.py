@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from asyncshard.backends.cloud.checks import url_problem
 from asyncshard.backends.registry import keyword_names, refuse_malformed_scheme
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 
@@ -55,10 +56,16 @@ def storage_flags(func: F) -> F:
 
 
 def storage_options(
-    url: str | None, endpoint: str | None, anon: bool, pairs: Sequence[str]
+    url: str | None,
+    endpoint: str | None,
+    anon: bool,
+    pairs: Sequence[str],
+    *,
+    endpoint_flag: str = "--endpoint",
 ) -> dict[str, Any]:
     """The storage options the flags give for ``url``; ``click.UsageError`` if they do not
-    apply to it. Values of asyncshard's own options are JSON (``-o max_retries=3``,
+    apply to it or the endpoint (given as ``endpoint_flag``) is no ``http(s)://`` address.
+    Values of asyncshard's own options are JSON (``-o max_retries=3``,
     ``-o client_options={"timeout":"5s"}``); obstore's stay strings."""
     if url and "://" not in url:
         refuse_malformed_scheme(url)  # s3:/bucket is a typo, not a local path
@@ -71,7 +78,10 @@ def storage_options(
         options[key] = _value(key, value)
     if endpoint is not None:
         if kind not in _ENDPOINT_KEY:
-            raise click.UsageError("--endpoint applies to s3://, gs:// and az:// URLs")
+            raise click.UsageError(f"{endpoint_flag} applies to s3://, gs:// and az:// URLs")
+        problem = url_problem(endpoint)
+        if problem is not None:
+            raise click.UsageError(f"{endpoint_flag} {endpoint!r}: {problem}")
         options[_ENDPOINT_KEY[kind]] = endpoint
     if anon:
         if kind is None:

@@ -27,6 +27,13 @@ from tests.servers.proxy import FaultProxy, Seen
 from tests.servers.s3 import S3Server
 
 
+@pytest.fixture(autouse=True)
+def _metadata_service_as_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores opened without credentials fall back to the instance metadata service, as
+    by default, whatever the environment says (a test that disables it says so)."""
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)
+
+
 @pytest.fixture(scope="session")
 def s3_proxy(request: pytest.FixtureRequest) -> Iterator[FaultProxy]:
     """A fault-free proxy in front of the S3 server: counts requests server-side."""

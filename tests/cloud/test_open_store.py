@@ -183,7 +183,7 @@ def test_bad_urls_and_options() -> None:
         ("s3://user@bucket/x", {}, "not a valid bucket name"),
         ("gs://bucket:443/x", {}, "not a valid bucket name"),
         ("http://", {}, "no host"),
-        ("https://:80/x", {}, "cannot configure"),
+        ("https://:80/x", {}, "no valid host"),
         ("http://[::1/x", {}, "Invalid IPv6 URL"),
         ("s3://b", {"region": 1}, "cannot configure"),
         ("s3://b", {"timeout": "soon"}, "cannot configure"),

@@ -167,7 +167,7 @@ def _run(
                 raise click.UsageError("--to converts Zarr hierarchies, not precomputed volumes")
             if options["rebuild_manifest"]:
                 raise click.UsageError("--rebuild-manifest applies to in-place conversions")
-            to_storage = storage_options(dest, *dest_flags)
+            to_storage = storage_options(dest, *dest_flags, endpoint_flag="--to-endpoint")
         elif dest_flags[0] is not None or dest_flags[2]:
             raise click.UsageError("--to-endpoint and --to-option need --to DEST")
         with _dask(scheduler, workers) as client:

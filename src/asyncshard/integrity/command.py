@@ -157,7 +157,9 @@ def repair(
             raise click.UsageError("--from-endpoint and --from-option need --from SOURCE")
         _run(repair_async, url, options, dry_run=dry_run)
         return
-    source_options = storage_options(source, from_endpoint, False, from_option)
+    source_options = storage_options(
+        source, from_endpoint, False, from_option, endpoint_flag="--from-endpoint"
+    )
     _run(
         repair_async,
         url,

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 from obstore import exceptions as obs_errors
 from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
 
+from asyncshard.backends.cloud.checks import check_client_options, seconds, shown, url_problem
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import StoreConfigError, UnknownOptionError
 
@@ -88,13 +89,17 @@ def parse_url(url: str) -> Target:
             f"{url!r}: {target.bucket!r} is not a valid bucket name "
             "(letters, digits, '.', '-', '_')"
         )
+    if kind == "http":
+        problem = url_problem(f"{parts.scheme}://{parts.netloc}")
+        if problem is not None:
+            raise StoreConfigError(f"{url!r}: {problem}")
     return target
 
 
-def duration(value: float | str | timedelta) -> str | timedelta:
-    """Seconds (a number), an obstore duration string or a ``timedelta``."""
+def duration(name: str, value: float | str | timedelta) -> str | timedelta:
+    """Seconds (a number), an obstore duration string or a ``timedelta`` (option ``name``)."""
     if isinstance(value, (int, float)):
-        return timedelta(seconds=value)
+        return seconds(name, value)
     return value
 
 
@@ -114,12 +119,13 @@ def client_options(
     """
     client: dict[str, Any] = {**DEFAULT_CLIENT, **(options or {})}
     if timeout is not None:
-        client["timeout"] = duration(timeout)
+        client["timeout"] = duration("timeout", timeout)
     if connect_timeout is not None:
-        client["connect_timeout"] = duration(connect_timeout)
+        client["connect_timeout"] = duration("connect_timeout", connect_timeout)
     if allow_http is not None:
         client["allow_http"] = allow_http
-    elif "allow_http" not in client:
+    check_client_options(client)
+    if "allow_http" not in client:
         client["allow_http"] = endpoint_of(target, cfg).lower().startswith("http://")
     return client
 
@@ -185,28 +191,64 @@ def build_obstore(
             "client_options, retry_config and the asyncshard options)",
             sorted(cfg),
         )
-    common: dict[str, Any] = {"client_options": client, "retry_config": retry}
-    if credential_provider is not None:
-        common["credential_provider"] = credential_provider
-    prefix = target.prefix or None
-    typed_cfg: Any = cfg  # obstore's TypedDicts; obstore validates the keys itself
     try:
-        if target.kind == "s3":
-            return S3Store(target.bucket, prefix=prefix, config=typed_cfg, **common)
-        if target.kind == "gs":
-            return GCSStore(target.bucket, prefix=prefix, config=typed_cfg, **common)
-        if target.kind == "az":
-            return AzureStore.from_url(target.url, config=typed_cfg, **common)
-        return HTTPStore.from_url(target.url.rstrip("/"), **common)
-    except (obs_errors.BaseError, ValueError, TypeError) as exc:
+        return _build(target, cfg, client, retry, credential_provider)
+    except _REFUSALS as exc:
         # unknown option, a value of the wrong type, unreadable credentials, bad host...
         detail = " ".join(str(exc).split("\n\nDebug source:")[0].split())
-        message = f"{target.url}: cannot configure the store: {detail}"
+        refused = _refused_alone(target, cfg, client, retry)
+        named = "".join(f"option {shown(name, value)}: " for name, value in refused)
+        message = f"{target.url}: cannot configure the store: {named}{detail}"
         if isinstance(exc, obs_errors.UnknownConfigurationKeyError):
             raise UnknownOptionError(message) from exc
         if isinstance(exc, ValueError) and detail.startswith("Invalid key"):
             raise UnknownOptionError(message + " (in client_options)") from exc
         raise StoreConfigError(message) from exc
+
+
+_REFUSALS = (obs_errors.BaseError, ValueError, TypeError)
+
+
+def _build(
+    target: Target,
+    cfg: Mapping[str, Any],
+    client: Mapping[str, Any],
+    retry: Mapping[str, Any],
+    credential_provider: Any,
+) -> Any:
+    common: dict[str, Any] = {"client_options": client, "retry_config": retry}
+    if credential_provider is not None:
+        common["credential_provider"] = credential_provider
+    prefix = target.prefix or None
+    typed_cfg: Any = cfg  # obstore's TypedDicts; obstore validates the keys itself
+    if target.kind == "s3":
+        return S3Store(target.bucket, prefix=prefix, config=typed_cfg, **common)
+    if target.kind == "gs":
+        return GCSStore(target.bucket, prefix=prefix, config=typed_cfg, **common)
+    if target.kind == "az":
+        return AzureStore.from_url(target.url, config=typed_cfg, **common)
+    return HTTPStore.from_url(target.url.rstrip("/"), **common)
+
+
+def _refused_alone(
+    target: Target, cfg: Mapping[str, Any], client: Mapping[str, Any], retry: Mapping[str, Any]
+) -> list[tuple[str, Any]]:
+    """The options without which obstore builds the store (its errors do not name them)."""
+
+    def builds(some_cfg: Mapping[str, Any], some_client: Mapping[str, Any]) -> bool:
+        try:
+            _build(target, some_cfg, some_client, retry, None)
+        except _REFUSALS:
+            return False
+        return True
+
+    def without(options: Mapping[str, Any], name: str) -> dict[str, Any]:
+        return {k: v for k, v in options.items() if k != name}
+
+    found = [(name, value) for name, value in cfg.items() if builds(without(cfg, name), client)]
+    return found + [
+        (name, value) for name, value in client.items() if builds(cfg, without(client, name))
+    ]
 
 
 def credential_source(
@@ -251,7 +293,16 @@ def _s3_source(cfg: Mapping[str, Any]) -> str:
         "AWS_CONTAINER_CREDENTIALS_FULL_URI"
     ):
         return "the ECS/EKS container credentials endpoint"
-    return "the EC2 instance metadata service (no AWS credentials were configured)"
+    return EC2_METADATA
+
+
+#: Where S3 credentials come from when none are configured.
+EC2_METADATA = "the EC2 instance metadata service (no AWS credentials were configured)"
+
+
+def metadata_disabled() -> bool:
+    """Whether ``AWS_EC2_METADATA_DISABLED`` is ``true`` (any case, as the AWS SDKs read it)."""
+    return os.environ.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true"
 
 
 def _gcs_source(cfg: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import obstore
 
+import asyncshard.backends.cloud.checks as checks
 import asyncshard.backends.cloud.config as _config
 import asyncshard.backends.cloud.writes as writes
 from asyncshard.backends.cloud.errors import (
@@ -140,17 +141,6 @@ class CloudStore(Store):
         config: Mapping[str, Any] | None = None,
         **backend_config: Any,
     ) -> None:
-        try:
-            super().__init__(
-                max_gap=max_gap,
-                max_request=max_request,
-                max_concurrency=max_concurrency,
-                max_overfetch=max_overfetch,
-            )
-        except ValueError as exc:
-            raise StoreConfigError(f"{url!r}: {exc}") from exc
-        target = _config.parse_url(url)
-        self._target = target
         given = {
             "max_gap": max_gap,
             "max_request": max_request,
@@ -170,6 +160,18 @@ class CloudStore(Store):
             "config": config,
             **backend_config,
         }
+        checks.check_own_options(given)
+        try:
+            super().__init__(
+                max_gap=max_gap,
+                max_request=max_request,
+                max_concurrency=max_concurrency,
+                max_overfetch=max_overfetch,
+            )
+        except ValueError as exc:
+            raise StoreConfigError(f"{url!r}: {exc}") from exc
+        target = _config.parse_url(url)
+        self._target = target
         # None means "not given" except for max_overfetch, where it lifts the bound
         self._open_options = {
             k: v for k, v in given.items() if v is not None or k == "max_overfetch"
@@ -184,6 +186,7 @@ class CloudStore(Store):
         )
         self._listing = listing if listing is not None else self.kind != "http"
         cfg: dict[str, Any] = {**(config or {}), **backend_config}
+        checks.check_backend_options(cfg)
         client = _config.client_options(
             target,
             cfg,
@@ -198,6 +201,13 @@ class CloudStore(Store):
         self.credential_source = _config.credential_source(
             self.kind, cfg, credential_provider, client
         )
+        if self.credential_source == _config.EC2_METADATA and _config.metadata_disabled():
+            raise StoreConfigError(
+                f"{url}: no AWS credentials are configured and AWS_EC2_METADATA_DISABLED "
+                "forbids asking the instance metadata service: give access_key_id and "
+                "secret_access_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), a "
+                "credential_provider, or skip_signature=True (--anon) for a public bucket"
+            )
         self._os: Any = _config.build_obstore(target, cfg, client, retry, credential_provider)
         self._inflight = InFlight()
         #: Whether unconditioned reads go through obstore's ``get_range_async`` (one
