@@ -151,6 +151,9 @@ def serve(
 
     Range requests, ETags, CORS and folder listings for any store: a local folder,
     s3://bucket/prefix, gs://..., http(s)://... With --demo, serve a generated volume.
+    Its root is listed once first: credentials refused, no such bucket, an unreachable
+    endpoint or (read-only) nothing there exit 1. Error answers give a request id; the
+    details go to the log.
     """
     if (url is None) == (demo is None):
         raise click.UsageError("give a store URL to serve, or --demo [FOLDER]")
