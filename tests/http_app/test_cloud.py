@@ -16,9 +16,10 @@ from asyncshard.backends import open_store
 from asyncshard.server.demo import CHUNK, ZARR_PATH, demo_volume
 from asyncshard.store import Store
 from tests.http_app.conftest import Served, ServeFactory
-from tests.http_app.process import SERVE
+from tests.http_app.process import SERVE, Running
 from tests.servers.fixtures import s3_server, s3_store_on, unique_prefix  # noqa: F401
 from tests.servers.s3 import S3Server
+from tests.servers.seaweedfs import READER_KEY, READER_SECRET
 
 
 @pytest.fixture
@@ -105,25 +106,44 @@ async def test_backend_failures_answer_a_request_id_and_log_the_details(
             assert s3_server.bucket in logged[0] and "credentials from" in logged[0]
 
 
+def _storage_flags(s3_server: S3Server, key: str, secret: str) -> list[str]:  # noqa: F811
+    """The storage flags of ``asyncshard serve`` for the test server, as ``key``."""
+    options = {"access_key_id": key, "secret_access_key": secret, "region": s3_server.region}
+    flags = ["--endpoint", s3_server.endpoint]
+    for name, value in options.items():
+        flags += ["-o", f"{name}={value}"]
+    return flags
+
+
 def _serve_s3(s3_server: S3Server, secret: str, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
-    """``asyncshard serve`` of the test bucket with ``secret``, until it exits (a server
-    that starts is stopped once it printed its URL)."""
+    """``asyncshard serve`` of the test bucket with ``secret``, until it exits."""
     command = [
         *SERVE,
         f"s3://{s3_server.bucket}/{unique_prefix()}",
-        "--endpoint",
-        s3_server.endpoint,
-        "-o",
-        f"access_key_id={s3_server.access_key}",
-        "-o",
-        f"secret_access_key={secret}",
-        "-o",
-        f"region={s3_server.region}",
+        *_storage_flags(s3_server, s3_server.access_key, secret),
         "--port",
         "0",
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+async def test_serve_starts_when_only_listing_is_denied(
+    s3_server: S3Server,  # noqa: F811
+    bucket: Store,
+) -> None:
+    """Credentials the bucket accepts but may not list with (objects are readable): the
+    server starts, says so in its log, and serves the objects."""
+    if s3_server.name != "seaweedfs":
+        pytest.skip("the read-only identity is SeaweedFS's (tests/servers/seaweedfs.py)")
+    server = Running(bucket.url, *_storage_flags(s3_server, READER_KEY, READER_SECRET))
+    try:
+        base = server.url()
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/plain/obj") as r:
+            assert (r.status, await r.read()) == (200, bytes(range(256)))
+    finally:
+        assert server.stop() == 0
+    assert f"listing {bucket.url} is denied; serving it unchecked" in server.stderr()
 
 
 @pytest.mark.parametrize("args", [[], ["--writable", "--token", "t"], ["--workers", "2"]])
