@@ -45,6 +45,21 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
         assert err.strip(), args
 
 
+@pytest.mark.parametrize("recursive", [[], ["-r"]])
+def test_ls_of_nothing_fails(tmp_path: Path, recursive: list[str]) -> None:
+    """Like ``aws s3 ls``: nothing listed exits 1 and says so, whether the folder is
+    missing or empty (one and the same through the Store contract)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "k").write_bytes(b"")
+    for args in [(str(tmp_path / "missing"),), (str(tmp_path / "empty"),), (str(tmp_path), "x")]:
+        code, out, err = run("ls", *recursive, *args)
+        assert (code, out) == (1, b""), args
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "no such folder, or an empty one" in lines[0], err
+    assert run("ls", *recursive, str(tmp_path), "d") == (0, b"d/k\n", "")
+
+
 def test_version() -> None:
     code, out, _ = run("--version")
     assert code == 0 and __version__ in out.decode()

@@ -62,15 +62,25 @@ def cli() -> None:
 @storage_flags
 @run_async
 async def ls(url: str, prefix: str, recursive: bool, **flags: Any) -> None:
-    """List the keys and folders directly below PREFIX (all keys with -r)."""
+    """List the keys and folders directly below PREFIX (all keys with -r).
+
+    Exits 1 when nothing is listed: no such folder or prefix, or an empty one (stores
+    tell them apart no more than ``aws s3 ls`` does).
+    """
+    listed = 0
     async with _open(url, flags) as store:
         if recursive:
             async for key in store.list_prefix(prefix):
                 click.echo(key)
-            return
-        keys, prefixes = await store.list_dir(prefix)
-        for name in sorted(keys + prefixes):
-            click.echo(name)
+                listed += 1
+        else:
+            keys, prefixes = await store.list_dir(prefix)
+            for name in sorted(keys + prefixes):
+                click.echo(name)
+            listed = len(keys) + len(prefixes)
+    if not listed:
+        where = f"{url.rstrip('/')}/{prefix}" if prefix else url
+        raise click.ClickException(f"nothing at {where}: no such folder, or an empty one")
 
 
 @cli.command("cat")

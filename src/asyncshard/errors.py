@@ -54,6 +54,11 @@ class StorePermissionError(AsyncShardError, PermissionError):
     """The backend refused the credentials or the access."""
 
 
+class StoreAuthenticationError(StorePermissionError):
+    """The backend rejected the credentials themselves (an unknown key, a wrong secret or
+    signature, an expired token), not only the access asked for."""
+
+
 class StoreConnectionError(AsyncShardError, ConnectionError):
     """The backend could not be reached or the transfer broke; retrying may help."""
 

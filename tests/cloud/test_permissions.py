@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 
 from asyncshard.backends import open_store
-from asyncshard.errors import StorePermissionError
+from asyncshard.errors import StoreAuthenticationError, StorePermissionError
 from asyncshard.store import Store
 from tests.servers.gcs_fake import FakeGCS, service_account_key
 from tests.servers.s3 import S3Server
@@ -50,6 +50,8 @@ async def test_wrong_secret_on_rclone_is_a_permission_error(wrong_secret: Store,
     assert "bucket 'asyncshard-test'" in message
     assert "access_key_id/secret_access_key options" in message
     assert isinstance(info.value, PermissionError)  # also a builtin PermissionError
+    # the answer's body says the signature is wrong; a HEAD's answer has no body
+    assert isinstance(info.value, StoreAuthenticationError) == (op != "head"), message
 
 
 async def test_unknown_access_key_from_environment(

@@ -78,6 +78,47 @@ def test_a_location_without_arrays_fails(tmp_path: Path, command: str) -> None:
     assert invoke(unshard, str(tmp_path)).exit_code == 0  # flat already: nothing to do
 
 
+@pytest.mark.parametrize("command", ["shard", "unshard", "reshard"])
+@pytest.mark.parametrize("quiet", [[], ["-q"]])
+def test_an_array_path_that_names_nothing_fails(
+    tmp_path: Path, command: str, quiet: list[str]
+) -> None:
+    """``-a`` naming no array fails (exit 1, one line on stderr, with -q too) before
+    anything is converted, as ``verify -a`` refuses it; so does a URL that does not
+    exist."""
+    make_array(tmp_path / "a", (10, 10), (5, 5))
+    make_array(tmp_path / "s", (10, 10), (5, 5))
+    assert invoke(shard, str(tmp_path / "s"), "2", "-q").exit_code == 0
+    before = snapshot(tmp_path)
+    args = {"shard": ["2"], "unshard": [], "reshard": ["2"]}[command]
+    by_name = {c.name: c for c in commands()}
+    for url, arrays, named in [
+        (tmp_path, ["a", "s", "typo"], "typo"),
+        (tmp_path / "missing", ["a"], "a"),
+        (tmp_path, ["/"], "/"),  # the root is a group
+    ]:
+        flags = [arg for a in arrays for arg in ("-a", a)]
+        result = invoke(by_name[command], str(url), *args, *flags, *quiet)
+        assert result.exit_code == 1 and result.stdout == "", result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert f"NothingToConvertError: no Zarr v3 array at {named} in file://{url}" in lines[0]
+    assert snapshot(tmp_path) == before, "nothing converted"
+
+
+def test_sharding_is_refused_where_it_does_not_apply(tmp_path: Path) -> None:
+    """``--sharding`` sets the sharding of precomputed scales in place: a usage error
+    for Zarr arrays and with --to, not an option silently ignored."""
+    make_array(tmp_path / "a", (10, 10), (5, 5))
+    before = snapshot(tmp_path)
+    spec = json.dumps({"@type": "neuroglancer_uint64_sharded_v1"})
+    for args in [["2", "--sharding", spec], ["2", "--sharding", spec, "--to", str(tmp_path / "d")]]:
+        result = invoke(shard, str(tmp_path), *args)
+        assert result.exit_code == 2, result.output
+        assert "--sharding applies to precomputed volumes sharded in place" in result.stderr
+    assert snapshot(tmp_path) == before and not (tmp_path / "d").exists()
+
+
 def write_precomputed(root: Path) -> None:
     """An unsharded precomputed volume of 64 chunks, written by tensorstore."""
     import tensorstore as ts
@@ -110,6 +151,11 @@ def test_precomputed_is_detected(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["chunks_moved"] == 64
     assert len(snapshot(root, skip=("info",))) == 8
     assert invoke(shard, str(root), "4").exit_code == 2  # precomputed takes --sharding
+    (scale,) = json.loads((root / "info").read_text())["scales"]
+    sharded = snapshot(root)
+    result = invoke(unshard, str(root), "-a", scale["key"], "-a", "typo", "-q")
+    assert result.exit_code == 1 and "info has no scale with key 'typo'" in result.stderr
+    assert snapshot(root) == sharded, "nothing converted"
     assert invoke(unshard, str(root), "-q").exit_code == 0
     assert snapshot(root, skip=("info",)) == original
 

@@ -26,6 +26,7 @@ from asyncshard.convert import (
     unshard_store,
     unshard_store_async,
 )
+from asyncshard.errors import NothingToConvertError
 from tests.convert.helpers import (
     CrashingStore,
     assert_readable,
@@ -389,7 +390,9 @@ def test_unsupported_arrays_are_skipped_with_a_reason(tmp_path: Path) -> None:
     assert summary.skipped == [
         ("a", "chunk_grid.name: only 'regular' is supported, got 'rectilinear'")
     ]
-    assert shard_store(str(tmp_path), 2, arrays=["missing"]).skipped[0][1].startswith("no readable")
+    with pytest.raises(NothingToConvertError, match="no Zarr v3 array at missing, b in"):
+        shard_store(str(tmp_path), 2, arrays=["a", "missing", "b"])
+    assert meta(arr)["chunk_grid"]["name"] == "rectilinear", "nothing converted"
 
 
 def test_sync_api_refuses_a_running_loop() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -10,11 +12,14 @@ import aiohttp
 import numpy as np
 import pytest
 
+from asyncshard.backends import open_store
 from asyncshard.server.demo import CHUNK, ZARR_PATH, demo_volume
 from asyncshard.store import Store
 from tests.http_app.conftest import Served, ServeFactory
+from tests.http_app.process import SERVE, Running
 from tests.servers.fixtures import s3_server, s3_store_on, unique_prefix  # noqa: F401
 from tests.servers.s3 import S3Server
+from tests.servers.seaweedfs import READER_KEY, READER_SECRET
 
 
 @pytest.fixture
@@ -72,3 +77,93 @@ async def test_unsharded_view_of_an_s3_bucket(
         assert bucket.stats.requests["get"] == 1, "warm: the index is cached in the server"
     expected = demo_volume()[64:96, 160:192, 192:224]
     assert (block.reshape((CHUNK,) * 3) == expected).all()
+
+
+async def test_backend_failures_answer_a_request_id_and_log_the_details(
+    serve: ServeFactory,
+    s3_server: S3Server,  # noqa: F811
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store whose credentials the server refuses (served without the start-up check of
+    ``asyncshard serve``): every read fails, and the answers name neither the bucket nor
+    the credentials' source, to any origin; the server's log does, under the same id."""
+    options = s3_server.options(secret_access_key="not-the-secret")
+    store = open_store(f"s3://{s3_server.bucket}/{unique_prefix()}", **options)
+    async with serve(store=store) as s:
+        for path in ("plain/obj", "plain/?list=json"):
+            async with http.get(f"{s.url}/{path}", headers={"Origin": "https://x"}) as r:
+                assert r.status == 502
+                assert r.headers["Access-Control-Allow-Origin"] == "*"
+                body = await r.text()
+                request_id = r.headers["X-Request-Id"]
+            assert body == (
+                f"502 Bad Gateway: the storage backend failed (request id {request_id})\n"
+            )
+            logged = [m for m in caplog.messages if m.startswith(f"request {request_id}: ")]
+            assert len(logged) == 1
+            assert f"GET /{path}: StoreAuthenticationError" in logged[0]
+            assert s3_server.bucket in logged[0] and "credentials from" in logged[0]
+
+
+def _storage_flags(s3_server: S3Server, key: str, secret: str) -> list[str]:  # noqa: F811
+    """The storage flags of ``asyncshard serve`` for the test server, as ``key``."""
+    options = {"access_key_id": key, "secret_access_key": secret, "region": s3_server.region}
+    flags = ["--endpoint", s3_server.endpoint]
+    for name, value in options.items():
+        flags += ["-o", f"{name}={value}"]
+    return flags
+
+
+def _serve_s3(s3_server: S3Server, secret: str, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
+    """``asyncshard serve`` of the test bucket with ``secret``, until it exits."""
+    command = [
+        *SERVE,
+        f"s3://{s3_server.bucket}/{unique_prefix()}",
+        *_storage_flags(s3_server, s3_server.access_key, secret),
+        "--port",
+        "0",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+async def test_serve_starts_when_only_listing_is_denied(
+    s3_server: S3Server,  # noqa: F811
+    bucket: Store,
+) -> None:
+    """Credentials the bucket accepts but may not list with (objects are readable): the
+    server starts, says so in its log, and serves the objects."""
+    if s3_server.name != "seaweedfs":
+        pytest.skip("the read-only identity is SeaweedFS's (tests/servers/seaweedfs.py)")
+    server = Running(bucket.url, *_storage_flags(s3_server, READER_KEY, READER_SECRET))
+    try:
+        base = server.url()
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/plain/obj") as r:
+            assert (r.status, await r.read()) == (200, bytes(range(256)))
+    finally:
+        assert server.stop() == 0
+    assert f"listing {bucket.url} is denied; serving it unchecked" in server.stderr()
+
+
+@pytest.mark.parametrize("args", [[], ["--writable", "--token", "t"], ["--workers", "2"]])
+def test_serve_refuses_credentials_the_bucket_refuses(
+    s3_server: S3Server,  # noqa: F811
+    args: list[str],
+) -> None:
+    result = _serve_s3(s3_server, "not-the-secret", *args)
+    assert result.returncode == 1, result
+    assert "Serving" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"Error: cannot serve s3://{s3_server.bucket}/")
+    assert "the credentials were refused" in lines[0]
+    assert "SignatureDoesNotMatch" in lines[0]
+
+
+def test_serve_refuses_a_missing_bucket(s3_server: S3Server) -> None:  # noqa: F811
+    missing = dataclasses.replace(s3_server, bucket="no-such-bucket-here")
+    result = _serve_s3(missing, s3_server.secret_key, "--writable", "--token", "t")
+    assert result.returncode == 1, result
+    assert "Serving" not in result.stdout
+    assert "bucket 'no-such-bucket-here' does not exist" in result.stderr

@@ -20,6 +20,9 @@ from asyncshard.server.demo import PRECOMPUTED_PATH, ZARR_PATH
 from asyncshard.sizes import parse_size
 from tests.http_app.process import SERVE, Running
 
+#: Credentials for a test that never reaches a server that could check them.
+UNUSED_KEYS = ["-o", "access_key_id=a", "-o", "secret_access_key=b", "-o", "region=us-east-1"]
+
 
 async def test_serve_demo_prints_a_working_neuroglancer_link(tmp_path: Path) -> None:
     server = Running("--demo", str(tmp_path / "demo"), "--workers", "2")
@@ -73,6 +76,7 @@ async def test_serve_writable_with_a_token_from_the_environment(tmp_path: Path) 
         (["unknown://x"], "UnknownSchemeError"),
         (["/no/such/folder"], "no such folder"),
         (["/no/such/folder", "--workers", "2"], "no such folder"),
+        (["s3://b/p", "--endpoint", "http://127.0.0.1:9", *UNUSED_KEYS], "is unreachable"),
         (["x", "--workers", "0"], "--workers"),
         (["x", "--write-timeout", "0"], "--write-timeout"),
     ],

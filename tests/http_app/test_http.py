@@ -527,15 +527,20 @@ async def test_an_unexpected_failure_is_a_500_with_cors(
     (tmp_path / "exploding").mkdir()
     (tmp_path / "exploding" / "obj").write_bytes(b"x")
     async with serve(store=Exploding(tmp_path / "exploding")) as s:
+        ids = set()
         for _ in range(2):  # and the server carries on
             status, headers, body = await get(http, f"{s.url}/obj")
             assert status == 500
             assert headers["Access-Control-Allow-Origin"] == "*"
             assert b"unexpected failure" in body
             assert b"RuntimeError" not in body, "internals stay in the server's log"
+            request_id = headers["X-Request-Id"]
+            assert f"(request id {request_id})".encode() in body
+            assert f"request {request_id}: GET /obj: RuntimeError: unexpected" in caplog.text
+            ids.add(request_id)
+        assert len(ids) == 2, "an id per request"
         async with http.get(f"{s.url}/") as r:
             assert r.status == 200, "listings do not read objects"
-    assert "unexpected failure answering GET /obj" in caplog.text
 
 
 async def test_the_application_serves_under_an_aiohttp_app_runner(

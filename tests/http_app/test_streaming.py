@@ -160,10 +160,14 @@ async def test_backend_errors_before_the_body(
     recording: Recording,
     error: Exception,
     status: int,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     recording.fail_at = 1
     recording.error = error
     async with serve(store=recording, piece_size=PIECE) as s, http.get(f"{s.url}/big") as r:
         assert r.status == status
         assert r.headers["Access-Control-Allow-Origin"] == "*"
-        assert str(error) in await r.text()
+        text = await r.text()
+    assert str(error) not in text, "the details go to the server's log only"
+    assert f"(request id {r.headers['X-Request-Id']})" in text
+    assert f"request {r.headers['X-Request-Id']}: GET /big: {type(error).__name__}" in caplog.text

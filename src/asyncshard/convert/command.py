@@ -167,6 +167,8 @@ def _run(
                 raise click.UsageError("--to converts Zarr hierarchies, not precomputed volumes")
             if options["rebuild_manifest"]:
                 raise click.UsageError("--rebuild-manifest applies to in-place conversions")
+            if options["sharding"] is not None:
+                raise click.UsageError(_SHARDING_APPLIES)
             to_storage = storage_options(dest, *dest_flags, endpoint_flag="--to-endpoint")
         elif dest_flags[0] is not None or dest_flags[2]:
             raise click.UsageError("--to-endpoint and --to-option need --to DEST")
@@ -195,6 +197,8 @@ def _run(
                     return unshard_precomputed_async(store, scales, **common)
                 if zarr_request is None:
                     raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
+                if options["sharding"] is not None:
+                    raise click.UsageError(_SHARDING_APPLIES + "; Zarr arrays take SHAPE")
                 return convert_store(
                     store,
                     zarr_request,
@@ -318,8 +322,10 @@ _SHARDING = click.option(
     "--sharding",
     metavar="JSON",
     callback=_json,
-    help="Precomputed sharding spec (JSON); default: chosen from each scale's size.",
+    help="Precomputed sharding spec (JSON; precomputed volumes in place only); default: "
+    "chosen from each scale's size.",
 )
+_SHARDING_APPLIES = "--sharding applies to precomputed volumes sharded in place"
 
 
 _TO = [

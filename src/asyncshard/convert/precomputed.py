@@ -263,9 +263,11 @@ async def _convert_volume(
     spec = ShardingSpec.from_json(sharding) if isinstance(sharding, Mapping) else sharding
 
     async def nodes(store: Store) -> AsyncIterator[PrecomputedScale]:
-        keys = scales
-        if keys is None:
-            keys = [s.key for s in VolumeInfo.from_json((await _read_info(store))[0]).scales]
+        known = [s.key for s in VolumeInfo.from_json((await _read_info(store))[0]).scales]
+        keys = known if scales is None else scales
+        unknown = [key for key in keys if key not in known]
+        if unknown:  # before anything is converted
+            raise InvalidMetadataError(f"info has no scale with key {unknown[0]!r} ({known})")
         for key in keys:
             info, version = await _read_info(store)  # re-read: the last scale switched it
             for i, doc in enumerate(info["scales"]):

@@ -162,6 +162,20 @@ def _normalize_path(path: str) -> str:
     return path.strip("/")
 
 
+async def _require_arrays(store: Store, paths: Sequence[str]) -> None:
+    """``NothingToConvertError`` naming the ``paths`` asked for that hold no Zarr v3 array,
+    before anything is converted: a mistyped path fails, it is not merely skipped."""
+    missing = []
+    for path in paths:
+        got = await read_doc(store, array_prefix(path) + META)
+        doc = got[0] if got is not None else {}
+        if doc.get("node_type") != "array" or doc.get("zarr_format") != 3:
+            missing.append(path or "/")
+    if missing:
+        where = store.url or repr(store)
+        raise NothingToConvertError(f"no Zarr v3 array at {', '.join(missing)} in {where}")
+
+
 async def convert_store(
     url_or_store: StoreLocation,
     request: Request,
@@ -184,6 +198,8 @@ async def convert_store(
                     "location: give --to DEST (shard_store(src, shape, to=dest))"
                 )
             raise NothingToConvertError(f"no Zarr v3 array and no precomputed info at {where}")
+        if arrays is not None:
+            await _require_arrays(store, paths)
         roles = VectorRoles(store)
         for path in paths:
             chosen = _for_vectors(request, run, await roles.role(path), arrays is None)

@@ -47,7 +47,9 @@ maps errors to statuses. What it answers (RFC 9110):
 * Keys come from the raw URL path through the stores' validation (``keys.py``): ``..``,
   ``%2e%2e``, ``%2F``, ``//``, backslashes and NUL answer ``400``, never a file outside
   the root. Backend failures answer ``502``, corrupt shards ``500``; only asyncshard's
-  typed errors are mapped. A client that disconnects is logged as ``499``.
+  typed errors are mapped. Such answers carry a generic message and a request id (also
+  in ``X-Request-Id``), never the store's details (bucket, credentials' source); those
+  go to the server's log under that id. A client that disconnects is logged as ``499``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from asyncshard.server.config import (
 )
 from asyncshard.server.demo import neuroglancer_state, neuroglancer_url, write_demo
 from asyncshard.server.runner import (
-    NothingToServe,
+    CannotServe,
     ServeConfig,
     check_url,
     configure_logging,
@@ -151,6 +151,9 @@ def serve(
 
     Range requests, ETags, CORS and folder listings for any store: a local folder,
     s3://bucket/prefix, gs://..., http(s)://... With --demo, serve a generated volume.
+    Its root is listed once first: credentials refused, no such bucket, an unreachable
+    endpoint or (read-only) nothing there exit 1. Error answers give a request id; the
+    details go to the log.
     """
     if (url is None) == (demo is None):
         raise click.UsageError("give a store URL to serve, or --demo [FOLDER]")
@@ -202,10 +205,11 @@ def serve(
             if workers == 1:
                 loops.run(serve_config(config, ready=ready))
             else:
-                if not writable:
-                    loops.run(check_url(config))
+                loops.run(check_url(config))
                 serve_workers(config, ready)
-    except (AsyncShardError, OSError, ValueError, NothingToServe, WorkerFailed) as exc:
+    except CannotServe as exc:
+        raise click.ClickException(str(exc)) from None
+    except (AsyncShardError, OSError, ValueError, WorkerFailed) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except KeyboardInterrupt:  # pragma: no cover - interactive
         pass

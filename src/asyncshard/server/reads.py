@@ -147,7 +147,7 @@ class Reader:
 
     async def listing(self, request: web.BaseRequest, prefix: str) -> web.StreamResponse:
         if not self.store.supports_listing:
-            return error(404, f"404 Not Found: {self.store!r} cannot list folders")
+            return error(404, "404 Not Found: this server cannot list folders")
         keys, prefixes = await self.store.list_dir(prefix)
         if prefix and not keys and not prefixes and not await self._virtual_folder(prefix):
             return error(404, f"404 Not Found: no folder /{prefix}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping
+from http import HTTPStatus
 
 from aiohttp import web
 
@@ -26,8 +28,12 @@ log = logging.getLogger("asyncshard.server")
 
 #: What scripts of other origins may read of an answer (``Access-Control-Expose-Headers``).
 EXPOSED_HEADERS = (
-    "Content-Range, Content-Length, Content-Encoding, ETag, Last-Modified, Accept-Ranges"
+    "Content-Range, Content-Length, Content-Encoding, ETag, Last-Modified, Accept-Ranges, "
+    "X-Request-Id"
 )
+
+#: The header (and log field) naming a failed request, to find its details in the log.
+REQUEST_ID = "X-Request-Id"
 
 #: The status logged for a request whose client disconnected (nginx's convention).
 CLIENT_CLOSED = 499
@@ -99,23 +105,54 @@ def error(status: int, message: str, headers: Mapping[str, str] | None = None) -
     return web.Response(status=status, text=message.rstrip("\n") + "\n", headers=headers)
 
 
-def error_for(exc: AsyncShardError) -> web.Response:
-    if isinstance(exc, InvalidKeyError):
+def failed(
+    request: web.BaseRequest,
+    status: int,
+    message: str,
+    exc: BaseException,
+    level: int,
+    *,
+    trace: bool = False,
+) -> web.Response:
+    """A generic answer to a failure the client need not know the details of: ``message``
+    and a request id (body and ``X-Request-Id``); the details (the exception, which may
+    name the bucket and the credentials' source) go to the server's log with that id."""
+    request_id = secrets.token_hex(8)
+    log.log(
+        level,
+        "request %s: %s %s: %s: %s",
+        request_id,
+        request.method,
+        request.raw_path,
+        type(exc).__name__,
+        exc,
+        exc_info=exc if trace else None,
+    )
+    reason = HTTPStatus(status).phrase
+    return error(
+        status,
+        f"{status} {reason}: {message} (request id {request_id})",
+        {REQUEST_ID: request_id},
+    )
+
+
+def error_for(request: web.BaseRequest, exc: AsyncShardError) -> web.Response:
+    """The answer to one of asyncshard's typed errors (see :func:`failed`)."""
+    if isinstance(exc, InvalidKeyError):  # about the client's own path
         return error(400, f"400 Bad Request: {exc}")
     if isinstance(exc, ConflictError):
-        return error(412, f"412 Precondition Failed: {exc}")
+        return failed(request, 412, "the object changed", exc, logging.INFO)
     if isinstance(exc, ReadOnlyError):
-        return error(405, f"405 Method Not Allowed: {exc}", {"Allow": "GET, HEAD, OPTIONS"})
+        response = failed(request, 405, "the store is read-only", exc, logging.INFO)
+        response.headers["Allow"] = "GET, HEAD, OPTIONS"
+        return response
     if isinstance(exc, UnsupportedOperationError):
-        return error(501, f"501 Not Implemented: {exc}")
+        return failed(request, 501, "the store cannot do this", exc, logging.INFO)
     if isinstance(exc, StoreConnectionError | StorePermissionError | StoreBackendError):
-        log.warning("backend failure: %s", exc)
-        return error(502, f"502 Bad Gateway: the storage backend failed: {exc}")
+        return failed(request, 502, "the storage backend failed", exc, logging.WARNING)
     if isinstance(exc, FormatError):
-        log.error("corrupt data: %s", exc)
-        return error(500, f"500 Internal Server Error: stored data is corrupt: {exc}")
-    log.exception("unexpected asyncshard error", exc_info=exc)
-    return error(500, f"500 Internal Server Error: {exc}")
+        return failed(request, 500, "stored data is corrupt", exc, logging.ERROR)
+    return failed(request, 500, "unexpected failure", exc, logging.ERROR, trace=True)
 
 
 def failure_response(request: web.BaseRequest, exc: Exception) -> web.StreamResponse:
@@ -127,12 +164,11 @@ def failure_response(request: web.BaseRequest, exc: Exception) -> web.StreamResp
     if isinstance(exc, web.HTTPException):
         return error(exc.status, exc.text or exc.reason, exc.headers)
     if isinstance(exc, AsyncShardError):  # before ConnectionError: a backend's is both
-        return error_for(exc)
+        return error_for(request, exc)
     if isinstance(exc, ConnectionError):  # the client went away mid-answer: nothing to send
         _drop(request)
         return web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
-    log.exception("unexpected failure answering %s %s", request.method, request.raw_path)
-    return error(500, "500 Internal Server Error: unexpected failure (see the server's log)")
+    return failed(request, 500, "unexpected failure", exc, logging.ERROR, trace=True)
 
 
 def _drop(request: web.BaseRequest) -> None:

@@ -20,7 +20,13 @@ from typing import Any
 from aiohttp import web
 
 from asyncshard.backends.registry import open_store
-from asyncshard.errors import StorePermissionError, UnsupportedOperationError
+from asyncshard.errors import (
+    AsyncShardError,
+    StoreAuthenticationError,
+    StoreConnectionError,
+    StorePermissionError,
+    UnsupportedOperationError,
+)
 from asyncshard.server.app import RESPOND, make_app
 from asyncshard.server.config import AppConfig
 from asyncshard.store import Store
@@ -35,8 +41,15 @@ WORKER_ACCESS_LOG_FORMAT = ACCESS_LOG_FORMAT + " pid=%P"
 #: with clients that stopped reading stops within about twice this.
 SHUTDOWN_TIMEOUT = 5.0
 
+log = logging.getLogger("asyncshard.server")
 
-class NothingToServe(Exception):
+
+class CannotServe(AsyncShardError):
+    """``asyncshard serve`` cannot serve its store: reading the root failed (credentials
+    refused, no such bucket, an unreachable endpoint)."""
+
+
+class NothingToServe(CannotServe):
     """A read-only server over a store that lists no keys at all (a mistyped path)."""
 
 
@@ -60,20 +73,32 @@ def configure_logging(quiet: bool) -> None:
         logging.getLogger("aiohttp.access").setLevel(logging.INFO)
 
 
-async def check_servable(store: Store, url: str) -> None:
-    """Refuse to serve, read-only, a store that lists nothing: a mistyped folder or prefix.
+async def check_servable(store: Store, url: str, *, writable: bool = False) -> None:
+    """Read the root of ``store`` once, as the server will, before serving it.
 
-    Only the Store contract is used: a missing folder and an empty one both list no keys.
-    Stores that cannot list (plain HTTP) or may not (no list permission) are served as
-    they are.
+    :class:`CannotServe` when that fails: credentials refused, no such bucket, an
+    unreachable endpoint or another failure of the backend; and, unless ``writable``,
+    :class:`NothingToServe` when the root lists nothing (a mistyped folder or prefix;
+    a missing folder and an empty one look the same through the Store contract).
+    Stores that cannot list (plain HTTP) are served as they are, and so are those whose
+    listing alone is denied to credentials the backend accepts (objects may be readable).
     """
     if not store.supports_listing:
         return
     try:
         keys, prefixes = await store.list_dir("")
-    except (UnsupportedOperationError, StorePermissionError):
+    except UnsupportedOperationError:
         return
-    if not keys and not prefixes:
+    except StoreAuthenticationError as exc:
+        raise CannotServe(f"cannot serve {url}: the credentials were refused: {exc}") from exc
+    except StorePermissionError as exc:
+        log.warning("listing %s is denied; serving it unchecked: %s", url, exc)
+        return
+    except StoreConnectionError as exc:
+        raise CannotServe(f"cannot serve {url}: the storage is unreachable: {exc}") from exc
+    except AsyncShardError as exc:
+        raise CannotServe(f"cannot serve {url}: {type(exc).__name__}: {exc}") from exc
+    if not writable and not keys and not prefixes:
         raise NothingToServe(
             f"nothing to serve at {url}: no such folder, or an empty one "
             "(--writable serves it all the same)"
@@ -158,12 +183,12 @@ async def serve_config(
 ) -> None:
     """Open the store of ``config`` and serve it until SIGINT/SIGTERM (see :func:`run_app`).
 
-    ``check``: first refuse a read-only store that lists nothing (:func:`check_servable`).
+    ``check``: first read the store's root (:func:`check_servable`).
     """
     store = open_store(config.url, config.storage_options)
     try:
-        if check and not config.app.writable:
-            await check_servable(store, config.url)
+        if check:
+            await check_servable(store, config.url, writable=config.app.writable)
         app = make_app(store, config.app)
     except BaseException:
         await store.close()
@@ -182,4 +207,4 @@ async def serve_config(
 async def check_url(config: ServeConfig) -> None:
     """:func:`check_servable` on the store of ``config`` (opened and closed again)."""
     async with open_store(config.url, config.storage_options) as store:
-        await check_servable(store, config.url)
+        await check_servable(store, config.url, writable=config.app.writable)

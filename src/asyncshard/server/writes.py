@@ -68,14 +68,14 @@ class Writer:
             if not self.store.supports_conditional_deletes:
                 return error(
                     501,
-                    f"501 Not Implemented: {self.store!r} cannot delete "
+                    "501 Not Implemented: this store cannot delete "
                     "conditionally (atomically), so conditional DELETEs are refused",
                 )
             return await retry_on_conflict(lambda: self._delete_if(request, key), key)
         if conditional and not self.store.supports_conditional_writes:
             return error(
                 501,
-                f"501 Not Implemented: {self.store!r} cannot write "
+                "501 Not Implemented: this store cannot write "
                 "conditionally (atomically), so conditional PUTs are refused",
             )
         body = await self._read_body(request)

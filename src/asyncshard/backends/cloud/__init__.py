@@ -33,7 +33,8 @@ Behaviour worth knowing:
 * **Errors**: a bad URL or bad options → ``StoreConfigError`` (a ``ValueError``) when
   the store is opened, before any request; missing → ``None``; precondition failed →
   ``ConflictError``; 401/403 → ``StorePermissionError`` naming the bucket and the
-  credential source (on ``http(s)://`` a 403 reads as missing, like Neuroglancer);
+  credential source (``StoreAuthenticationError`` when the credentials themselves are
+  refused; on ``http(s)://`` a 403 reads as missing, like Neuroglancer);
   connection failures, timeouts, truncated bodies and 5xx after retries →
   ``StoreConnectionError``.
 * **Retries**: obstore's (exponential backoff with jitter) cover 5xx, connection errors

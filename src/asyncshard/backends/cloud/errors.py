@@ -29,6 +29,7 @@ from asyncshard.errors import (
     AsyncShardError,
     BucketNotFoundError,
     ConflictError,
+    StoreAuthenticationError,
     StoreBackendError,
     StoreConnectionError,
     StorePermissionError,
@@ -45,8 +46,8 @@ class Failure(enum.Enum):
     MISSING = "missing"
     NO_BUCKET = "no-bucket"  # the bucket or container itself does not exist
     CONFLICT = "conflict"
-    PERMISSION = "permission"
-    FORBIDDEN = "forbidden"  # a 403 in particular (reads as missing on HTTP stores)
+    PERMISSION = "permission"  # the credentials were refused (a 401, or a 403 saying so)
+    FORBIDDEN = "forbidden"  # another 403 (reads as missing on HTTP stores)
     CONNECTION = "connection"  # retrying later may help; a write's outcome is unknown
     UNSATISFIABLE = "unsatisfiable"  # 416: the range starts at or past the end
     NOT_PARTIAL = "not-partial"  # the server answered a range with the whole object
@@ -101,6 +102,12 @@ _BY_STATUS = {
 #: first (``classify``'s ``key``). A HEAD has no body: a HEAD of a key in a missing
 #: bucket reads as a missing key.
 _NO_BUCKET = re.compile(r"<Code>NoSuchBucket</Code>|ContainerNotFound")
+#: The error codes of a 403 that refuses the credentials themselves, not the access (S3,
+#: Azure): an unknown key, a wrong secret, an expired or invalid session token.
+_BAD_CREDENTIALS = re.compile(
+    r"<Code>(?:InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|InvalidToken"
+    r"|TokenRefreshRequired|AuthenticationFailed)</Code>"
+)
 
 
 def classify(exc: BaseException, key: str | None = None) -> Failure:
@@ -108,16 +115,16 @@ def classify(exc: BaseException, key: str | None = None) -> Failure:
     where obstore gives one, else :func:`_untyped`. ``key``: the path asked, left out
     of the message where it spells a code itself."""
     text = str(exc)
-    if key and _NO_BUCKET.search(key):
+    if key and (_NO_BUCKET.search(key) or _BAD_CREDENTIALS.search(key)):
         text = text.replace(key, "")
     if _NO_BUCKET.search(text):
         return Failure.NO_BUCKET
     if any(phrase in first_line(exc) for phrase in _NOT_PARTIAL_PHRASES):  # typed or not
         return Failure.NOT_PARTIAL
-    for types, failure in _TYPED:
-        if isinstance(exc, types):
-            return failure
-    return _untyped(exc)
+    failure = next((f for types, f in _TYPED if isinstance(exc, types)), None) or _untyped(exc)
+    if failure is Failure.FORBIDDEN and _BAD_CREDENTIALS.search(text):
+        return Failure.PERMISSION
+    return failure
 
 
 def _untyped(exc: BaseException) -> Failure:
@@ -169,7 +176,11 @@ def to_asyncshard(
     detail = first_line(exc)
     if failure is Failure.CONFLICT:
         return ConflictError(f"{where}: condition failed on {action}: {detail}", key=key)
-    if failure in (Failure.PERMISSION, Failure.FORBIDDEN):
+    if failure is Failure.PERMISSION:
+        return StoreAuthenticationError(
+            f"{where}: credentials refused on {action} ({denied}): {detail}"
+        )
+    if failure is Failure.FORBIDDEN:
         return StorePermissionError(f"{where}: access denied on {action} ({denied}): {detail}")
     if failure in (Failure.CONNECTION, Failure.UNSATISFIABLE, Failure.NOT_PARTIAL):
         return StoreConnectionError(f"{where}: {action} failed: {detail}")
