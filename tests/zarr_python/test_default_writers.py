@@ -49,22 +49,24 @@ def _lost(store: ZarrStore) -> list[int]:
     return [i for i in range(N) if not (data[_region(i)] == i + 1).all()]
 
 
+async def _write_async(store: ZarrStore, chunks: range) -> None:
+    """``chunks`` written by as many asyncio tasks, through zarr-python's async API."""
+    arr = await za.open_array(store=store, path="arr")
+
+    async def write(i: int) -> None:
+        await arr.setitem(_region(i), np.full((CHUNK, CHUNK), i + 1, "uint8"))
+
+    await asyncio.gather(*(write(i) for i in chunks))
+
+
 def test_asyncio_tasks_lose_nothing(zarr_store: ZarrStore) -> None:
     _create(zarr_store)
-
-    async def write_all() -> None:
-        arr = await za.open_array(store=zarr_store, path="arr")
-
-        async def write(i: int) -> None:
-            await arr.setitem(_region(i), np.full((CHUNK, CHUNK), i + 1, "uint8"))
-
-        await asyncio.gather(*(write(i) for i in range(N)))
-
-    asyncio.run(write_all())
+    asyncio.run(_write_async(zarr_store, range(N)))
     assert _lost(zarr_store) == []
 
 
 def test_threads_lose_nothing(zarr_store: ZarrStore) -> None:
+    """Threads through zarr-python's synchronous API (its own event loop thread)."""
     arr = _create(zarr_store)
 
     def write(i: int) -> None:
@@ -72,6 +74,15 @@ def test_threads_lose_nothing(zarr_store: ZarrStore) -> None:
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(write, range(N)))
+    assert _lost(zarr_store) == []
+
+
+def test_threads_with_event_loops_of_their_own_lose_nothing(zarr_store: ZarrStore) -> None:
+    """4 threads, each running 16 tasks on its own event loop, share one ZarrStore."""
+    _create(zarr_store)
+    parts = [range(i, N, 4) for i in range(4)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda part: asyncio.run(_write_async(zarr_store, part)), parts))
     assert _lost(zarr_store) == []
 
 
@@ -121,7 +132,7 @@ async def test_a_rewrite_keeps_the_chunks_written_since_its_read(zarr_store: Zar
     layout = await array_layout(zarr_store.inner, KEY)
     assert layout is not None
     read = await _zarr_read(zarr_store)
-    await asyncio.create_task(_write_chunk(zarr_store, 1))  # another writer, meanwhile
+    await asyncio.create_task(_write_async(zarr_store, range(1, 2)))  # another writer, meanwhile
     chunks = decode_shard(read, layout.index)
     chunks[(0, 2)] = memoryview(b"x" * 64)  # this writer's change
     await zarr_store.set(KEY, Buffer.from_bytes(encode_shard(chunks, layout.index)))
@@ -137,7 +148,7 @@ async def test_emptying_a_shard_keeps_the_chunks_written_since_its_read(
     arr = _create(zarr_store)
     arr[_region(0)] = 1
     await _zarr_read(zarr_store)
-    await asyncio.create_task(_write_chunk(zarr_store, 1))
+    await asyncio.create_task(_write_async(zarr_store, range(1, 2)))
     await zarr_store.delete(KEY)  # zarr-python emptied the shard it read (chunk 0 only)
     assert sorted(await _chunks(zarr_store)) == [(0, 1)]
 
@@ -149,8 +160,3 @@ async def test_emptying_an_unchanged_shard_leaves_no_chunk(zarr_store: ZarrStore
     await zarr_store.delete(KEY)
     assert await _chunks(zarr_store) == {}
     assert not zarr.open_array(zarr_store, path="arr")[...].any()
-
-
-async def _write_chunk(store: ZarrStore, i: int) -> None:
-    arr = await za.open_array(store=store, path="arr")
-    await arr.setitem(_region(i), np.full((CHUNK, CHUNK), i + 1, "uint8"))

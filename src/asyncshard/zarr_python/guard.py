@@ -9,13 +9,16 @@ every change another writer made to it in between.
 :class:`ShardGuard` makes those writes conditional. An un-ranged read of a data key (not
 a metadata document) remembers the version and bytes read, for the task that read them
 (a ``ContextVar`` holding the task's latest such read: sibling tasks, threads and
-processes each see only their own).
-The task's next ``set`` or ``delete`` of that key is written only if the object is still
-at that version (``if_absent`` when zarr-python read nothing). On a conflict, the inner
+processes each see only their own). The task's next ``set`` or ``delete`` of that key is
+written only if the object is still at that version (``if_absent`` when zarr-python read
+nothing); a shard left without chunks is removed as
+:func:`~asyncshard.sharding.common.replace_shard` says. On a conflict, the inner
 chunks zarr-python changed (its new shard against what it read: chunks added, changed or
 removed) are applied onto the current shard, which is read, merged and written
-conditionally until it lands (:func:`~asyncshard.sharding.common.read_merge_write`). The
-shard layout comes from the array's ``zarr.json``, read afresh then. Writes without a
+conditionally until it lands (:func:`~asyncshard.sharding.common.read_merge_write`); the
+writers of one event loop merge one at a time per shard, so they wait their turn instead
+of conflicting with each other. The shard layout comes from the array's ``zarr.json``,
+read afresh then (the folder it was found in last is tried first). Writes without a
 read before them (zarr-python writing a whole shard) stay plain writes.
 
 Concurrent writers of distinct inner chunks thus lose nothing; writers of one inner chunk
@@ -26,11 +29,12 @@ conditional writes get zarr-python's plain writes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from asyncshard.errors import ConflictError, InvalidMetadataError
 from asyncshard.formats.zarr3.grid import ShardingLayout
@@ -42,6 +46,7 @@ from asyncshard.formats.zarr3.shard import (
     encode_index,
     encode_shard,
 )
+from asyncshard.limits import PerLoop
 from asyncshard.sharding.common import (
     UNCHANGED,
     Unchanged,
@@ -57,6 +62,8 @@ __all__ = ["ShardGuard", "array_layout"]
 METADATA_NAMES: Final = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 #: Folders above a key searched for its array's ``zarr.json`` (32 dimensions + 2).
 MAX_DEPTH: Final = 34
+#: Folders whose array's folder a guard remembers (forgotten all at once beyond).
+MAX_FOLDERS: Final = 4096
 
 Chunks = dict[tuple[int, ...], memoryview | None]
 
@@ -89,6 +96,10 @@ class ShardGuard:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        #: per event loop: the merge running per shard key, and how many want a turn
+        self._turns: PerLoop[dict[str, tuple[asyncio.Lock, int]]] = PerLoop(dict)
+        #: a key's folder -> the folder its array's ``zarr.json`` was last found in
+        self._arrays: dict[str, str] = {}
 
     @property
     def active(self) -> bool:
@@ -130,6 +141,35 @@ class ShardGuard:
         else:
             await self._write(key, None, read)
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, key: str) -> AsyncIterator[None]:
+        """This event loop's merges of ``key``, one at a time."""
+        turns = self._turns.get()
+        lock, users = turns.get(key, (asyncio.Lock(), 0))
+        turns[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = turns[key]
+            if users == 1:
+                del turns[key]
+            else:
+                turns[key] = (lock, users - 1)
+
+    async def _layout(self, key: str) -> ShardingLayout | None:
+        """:func:`array_layout`, its refusals said as the conflict they leave unresolved."""
+        if len(self._arrays) > MAX_FOLDERS:
+            self._arrays.clear()
+        try:
+            return await array_layout(self.store, key, self._arrays)
+        except InvalidMetadataError as exc:
+            raise ConflictError(
+                f"{key}: written by another writer since zarr-python read it, and its "
+                f"array's shards cannot be merged here: {exc}",
+                key=key,
+            ) from exc
+
     async def _write(self, key: str, new: BytesLike | None, read: _Read) -> None:
         """Put ``new`` (``None``: no chunk left) in place of the object ``read`` saw; if it
         changed meanwhile, apply the inner chunks ``new`` changes onto its current shard."""
@@ -137,7 +177,7 @@ class ShardGuard:
         if new is None:
             if read.meta is None:  # nothing was there, nothing is to be: keep what came
                 return
-            layout = await _layout_for_merge(self.store, key)
+            layout = await self._layout(key)
             if layout is None:  # a plain zarr chunk, emptied
                 await self.store.erase_values([key])
                 return
@@ -145,12 +185,20 @@ class ShardGuard:
             await replace_shard(self.store, key, new, read.meta, _empty_shard(layout))
             return
         except ConflictError:
-            if layout is None:
-                layout = await _layout_for_merge(self.store, key)
-            if layout is None:  # a plain zarr chunk: the last writer's wins, as in zarr
-                assert new is not None
-                await self.store.set(key, new)
-                return
+            pass
+        async with self._turn(key):
+            await self._merge(key, new, read, layout)
+
+    async def _merge(
+        self, key: str, new: BytesLike | None, read: _Read, layout: ShardingLayout | None
+    ) -> None:
+        """Apply the inner chunks ``new`` changes from ``read`` onto the current shard."""
+        if layout is None:
+            layout = await self._layout(key)
+        if layout is None:  # a plain zarr chunk: the last writer's wins, as in zarr
+            assert new is not None
+            await self.store.set(key, new)
+            return
         index = layout.index
         changes = _changes(read.data, new, index, key)
 
@@ -188,21 +236,22 @@ def _empty_shard(layout: ShardingLayout | None) -> Callable[[], bytes]:
     return empty
 
 
-async def _layout_for_merge(store: Store, key: str) -> ShardingLayout | None:
-    """:func:`array_layout`, its refusals said as the conflict they leave unresolved."""
-    try:
-        return await array_layout(store, key)
-    except InvalidMetadataError as exc:
-        raise ConflictError(
-            f"{key}: written by another writer since zarr-python read it, and its array's "
-            f"shards cannot be merged here: {exc}",
-            key=key,
-        ) from exc
-
-
-async def array_layout(store: Store, key: str) -> ShardingLayout | None:
+async def array_layout(
+    store: Store, key: str, known: dict[str, str] | None = None
+) -> ShardingLayout | None:
     """The layout of the sharded Zarr v3 array whose shard ``key`` is, read afresh from
-    the nearest ``zarr.json`` above it; ``None`` when ``key`` is no such shard."""
+    the nearest ``zarr.json`` above it; ``None`` when ``key`` is no such shard.
+
+    ``known`` maps a key's folder to the folder its array was found in, tried first and
+    updated here.
+    """
+    parent = key.rpartition("/")[0]
+    hint = None if known is None else known.get(parent)
+    if hint is not None:
+        doc = await read_json(store, hint + "zarr.json")
+        layout = None if doc is None else _layout_in(doc, hint, key)
+        if layout is not None:
+            return layout
     folder = key
     for _ in range(MAX_DEPTH):
         if not folder:
@@ -212,8 +261,16 @@ async def array_layout(store: Store, key: str) -> ShardingLayout | None:
         doc = await read_json(store, folder + "zarr.json")
         if doc is None:
             continue
-        if doc.get("node_type") != "array" or not is_sharded(doc):
-            return None
-        layout = parse_zarr3_array(doc, key_prefix=folder)
-        return layout if layout.parse_shard_key(key) is not None else None
+        layout = _layout_in(doc, folder, key)
+        if layout is not None and known is not None:
+            known[parent] = folder
+        return layout
     return None
+
+
+def _layout_in(doc: dict[str, Any], folder: str, key: str) -> ShardingLayout | None:
+    """The layout of the array ``doc`` in ``folder`` if ``key`` is one of its shards."""
+    if doc.get("node_type") != "array" or not is_sharded(doc):
+        return None
+    layout = parse_zarr3_array(doc, key_prefix=folder)
+    return layout if layout.parse_shard_key(key) is not None else None
