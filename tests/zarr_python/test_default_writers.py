@@ -160,3 +160,20 @@ async def test_emptying_an_unchanged_shard_leaves_no_chunk(zarr_store: ZarrStore
     await zarr_store.delete(KEY)
     assert await _chunks(zarr_store) == {}
     assert not zarr.open_array(zarr_store, path="arr")[...].any()
+
+
+async def test_a_whole_shard_written_by_a_task_that_did_not_read_it_is_a_plain_write(
+    zarr_store: ZarrStore,
+) -> None:
+    """A read remembered by one task is not taken for the write of a task it starts
+    (zarr-python writes a whole shard without reading it): that write replaces the
+    shard, also the chunks written since the first task's read."""
+    arr = _create(zarr_store)
+    arr[_region(0)] = 1
+    layout = await array_layout(zarr_store.inner, KEY)
+    assert layout is not None
+    await _zarr_read(zarr_store)
+    await asyncio.create_task(_write_async(zarr_store, range(1, 2)))
+    whole = Buffer.from_bytes(encode_shard({(0, 2): b"y" * 64}, layout.index))
+    await asyncio.create_task(zarr_store.set(KEY, whole))
+    assert await _chunks(zarr_store) == {(0, 2): b"y" * 64}
