@@ -5,15 +5,19 @@
 Zarr array whose dask chunks are aligned to the inner chunks but not to the shards, so
 several tasks write every shard at the same time:
 
-* **zarr-python** (``ZarrStore`` pass-through: zarr-python's own sharding codec): each
-  task reads the shard, changes its part and writes the shard back unconditionally;
-  concurrent tasks overwrite each other's chunks (zarr-python issues #3682, #3514, #3683);
+* **zarr-python** (``ZarrStore`` pass-through, the default: zarr-python's own sharding
+  codec): each task reads the shard, changes its part and writes the shard back; the
+  store makes that write conditional on the version read and, on a conflict, merges the
+  chunks the task changed onto the current shard (written back unconditionally, as
+  zarr-python's own stores do, concurrent tasks would overwrite each other's chunks:
+  zarr-python issues #3682, #3514, #3683);
 * **view** (``ZarrStore(mode="inner-chunks")``): zarr-python writes inner chunks; each
   shard write is a conditional read-merge-write, retried on conflict.
 
 Printed per backend (local files; moto S3 on loopback) and writer: the values lost (the
 array is read back and compared) in each round, and the median seconds per round.
-The test ``tests/zarr_python/test_view_dask.py`` asserts the view's 0 on a smaller array.
+The tests ``tests/zarr_python/test_default_writers.py`` and ``test_view_dask.py`` assert
+0 for both on a smaller array.
 Run from the repository root::
 
     python benchmarks/bench_lost_updates.py [--workers 4] [--rounds 3]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from asyncshard.backends import open_store
 from asyncshard.zarr_python import ZarrStore
 from tests.servers.fixtures import (  # noqa: F401 - session servers
     http_server,
+    local_dask_client,
     s3_server,
     unique_prefix,
 )
@@ -41,3 +42,19 @@ def zarr_store(request: pytest.FixtureRequest, tmp_path: Path) -> ZarrStore:
         return ZarrStore(str(tmp_path / "root"))
     url, options = request.getfixturevalue("s3_place")
     return ZarrStore(url, **options)
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    """A local dask cluster of 4 worker processes, one thread each (once per module)."""
+    with local_dask_client(4) as client:
+        yield client
+
+
+@pytest.fixture(params=["local", "s3"])
+def url_place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A URL other processes can reopen (local folder or S3 prefix) and its options."""
+    if request.param == "local":
+        return f"file://{tmp_path / 'root'}", {}
+    url, options = request.getfixturevalue("s3_place")
+    return url, options

@@ -112,6 +112,17 @@ def test_writes_cut_short_by_zarr_concurrency_warn(view: ZarrStore) -> None:
     np.testing.assert_array_equal(zarr.open_array(view, path="arr", mode="r")[...], expected)
 
 
+def test_a_lone_chunk_write_is_no_shard_written_in_parts(view: ZarrStore) -> None:
+    """One chunk written alone, even with zarr-python's bound at 1 (every write leaves
+    at once, incomplete), is no shard written in parts: nothing of its shard follows."""
+    arr = zarr.open_array(view, path="arr", mode="r+")
+    with zarr.config.set({"async.concurrency": 1}), warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", ShardRewriteWarning)
+        arr[0:8, 0:8] = 9
+    assert not [w for w in got if issubclass(w.category, ShardRewriteWarning)]
+    assert (zarr.open_array(view, path="arr", mode="r")[0:8, 0:8] == 9).all()
+
+
 def test_write_budgets(view: ZarrStore) -> None:
     arr = zarr.open_array(view, path="arr", mode="r+")
     ones = np.ones((32, 32), "uint16")

@@ -16,10 +16,11 @@ The gate holds such writes per group (a shard) and releases them in one tick:
 * one release per group at a time: writes arriving while the group's writes run wait
   for them (group commit), so one process never races itself for a shard.
 
-``on_cut(key)`` is called when group ``key`` leaves incomplete while every caller is
-at its bound (``flush_at()`` writes waiting or running per caller seen): they can submit
-no more before these return, so the shard is written once per group of that many
-(zarr-python's default bound is 10 chunk writes per array operation).
+``on_cut(key)`` is called when group ``key`` is written in parts: it left incomplete
+while every caller was at its bound (``flush_at()`` writes waiting or running per caller
+seen; zarr-python's default bound is 10 chunk writes per array operation), and another
+write of it arrived while those ran or within :data:`FOLLOW_UP` seconds after. A lone
+write of a few chunks is never reported: nothing of its shard follows it.
 
 A waiting write whose caller is cancelled is dropped; one already released is waited for
 before the cancellation propagates (nothing the gate started outlives its caller).
@@ -31,6 +32,7 @@ writes from loops running at once in several threads are gated apart.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -40,6 +42,11 @@ from asyncshard.limits import PerLoop
 __all__ = ["WriteGate"]
 
 T = TypeVar("T")
+
+#: Seconds after a group's incomplete writes end within which a write of the group shows
+#: it written in parts (zarr-python submits its next chunk writes as soon as the last
+#: ones return).
+FOLLOW_UP = 1.0
 
 #: Decides from the waiting writes' tags whether they complete their group.
 Complete = Callable[[Sequence[Hashable]], bool]
@@ -110,6 +117,8 @@ class _LoopGate:
         self._waiting = 0
         self._running = 0  # released, not finished
         self._peak = 0  # most writes waiting or running at once since a batch ended
+        #: groups released incomplete: until when a write of them shows them cut short
+        self._cut: dict[Hashable, float] = {}
 
     async def run(
         self,
@@ -119,6 +128,7 @@ class _LoopGate:
         complete: Complete | None,
     ) -> T:
         loop = asyncio.get_running_loop()
+        self._follows_cut(key)
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
@@ -201,6 +211,16 @@ class _LoopGate:
             return False
         return self._waiting + self._running >= limit
 
+    def _follows_cut(self, key: Hashable) -> None:
+        """A write of group ``key`` arrives: if the group was just released incomplete,
+        it is written in parts: ``on_cut(key)``, as a callback of its own (what it raises,
+        a warning filtered into an error, reaches the loop's exception handler, not the
+        writes)."""
+        until = self._cut.pop(key, None)
+        loop = asyncio.get_running_loop()
+        if until is not None and loop.time() <= until and self.gate.on_cut is not None:
+            loop.call_soon(self.gate.on_cut, key)
+
     def _fire(self, key: Hashable, group: _Group) -> None:
         group.timer = None
         if not group.busy and group.pending:
@@ -210,11 +230,11 @@ class _LoopGate:
         if group.timer is not None:
             group.timer.cancel()
             group.timer = None
-        on_cut = self.gate.on_cut
-        if on_cut is not None and self._cut_short(group):
-            # a callback of its own: what it raises (a warning filtered into an error)
-            # reaches the loop's exception handler, not the writes
-            asyncio.get_running_loop().call_soon(on_cut, key)
+        if self.gate.on_cut is not None and self._cut_short(group):
+            now = asyncio.get_running_loop().time()
+            for stale in [k for k, until in self._cut.items() if until < now]:
+                del self._cut[stale]
+            self._cut[key] = math.inf  # until its writes end (see _run_batch)
         batch, group.pending, group.tags = group.pending, [], []
         self._waiting -= len(batch)
         self._running += len(batch)
@@ -241,6 +261,8 @@ class _LoopGate:
                 if not op.future.done():
                     op.future.cancel()
             self._running -= len(batch)
+            if key in self._cut:
+                self._cut[key] = asyncio.get_running_loop().time() + FOLLOW_UP
             self._peak = self._waiting + self._running  # counted again from here
             group.busy = False
             if group.pending:

@@ -173,8 +173,9 @@ class UnshardedView(WrapperStore):
         write_flush_at: how many chunk writes one writer keeps in flight at most (zarr's
             ``async.concurrency``): when every writer seen has that many waiting, they
             leave at once; see :class:`~asyncshard.views.gate.WriteGate`.
-        write_cut_short: called when a shard's writes leave incomplete because every
-            writer is at that bound and it is below the shard's chunks.
+        write_cut_short: called with the shard's chunk count when a shard is written in
+            parts because every writer was at that bound and it is below the shard's
+            chunks (see :class:`~asyncshard.views.gate.WriteGate`).
         recheck_after, data_cache, lean_reads: see
             :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
@@ -198,7 +199,7 @@ class UnshardedView(WrapperStore):
         max_depth: int = DEFAULT_MAX_DEPTH,
         write_window: float = 0.0,
         write_flush_at: Callable[[], int] | None = None,
-        write_cut_short: Callable[[], None] | None = None,
+        write_cut_short: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(inner)
         self._write_flush_at, self._write_cut_short = write_flush_at, write_cut_short
@@ -596,14 +597,14 @@ class UnshardedView(WrapperStore):
         return await self._gate.run(group, op, tag=tag, complete=complete)
 
     def _cut_short(self, group: Hashable) -> None:
-        """The gate released a shard's writes incomplete, every writer at its bound:
-        ``write_cut_short()`` if that bound is below the chunks of the shard."""
+        """The gate wrote a shard in parts, every writer at its bound:
+        ``write_cut_short(chunks)`` if that bound is below the shard's ``chunks``."""
         if self._write_cut_short is None or self._write_flush_at is None:
             return
         store, shard_key = cast(tuple[ShardedAdapter[Any], str], group)
         size = store.format.whole_count(shard_key)
         if size is not None and self._write_flush_at() < size:
-            self._write_cut_short()
+            self._write_cut_short(size)
 
     def _refuse(self, key: str, target: Target) -> None:
         """Raise for the targets no write may reach: shard files, precomputed metadata."""

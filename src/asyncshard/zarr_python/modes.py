@@ -2,7 +2,8 @@
 
 * ``"pass-through"``: the store itself, keys unchanged. zarr-python reads and writes
   shards with its own sharding codec; asyncshard supplies the backend, the request
-  counters and coalesced ``get_partial_values``.
+  counters, coalesced ``get_partial_values`` and conditional shard rewrites
+  (:mod:`~asyncshard.zarr_python.guard`).
 * ``"inner-chunks"``: a view in which sharded arrays look unsharded (inner chunks at
   their own keys, served out of the shards through asyncshard's index cache).
 """
@@ -34,16 +35,19 @@ class ShardRewriteWarning(UserWarning):
     parts: raise it to at least the chunks per shard."""
 
 
-def _cut_short() -> None:
-    """Warn that zarr's bound cuts shard writes (once per process, as Python shows a
-    warning once per location)."""
+def _cut_short(size: int) -> None:
+    """Warn that a shard of ``size`` chunks was written in parts because of zarr's bound
+    (once per process and shard size, as Python shows a warning once per message and
+    location)."""
     n = _zarr_concurrency()
     warnings.warn(
-        f"zarr-python hands the inner-chunk view at most {n} chunk writes at a time per "
-        "array operation (zarr.config 'async.concurrency'), fewer than a shard holds: each "
-        f"shard is read, merged and written again for every {n} of its chunks. Set it to "
-        "at least the chunks per shard to write each shard once: "
-        "zarr.config.set({'async.concurrency': chunks_per_shard})",
+        f"zarr-python's 'async.concurrency' ({n}) is below the {size} chunks of a shard, "
+        "so the inner-chunk view wrote a shard in parts: it holds a shard's chunk writes "
+        f"until they cover the shard or until {n} per array operation wait (zarr-python "
+        "hands over no more at once), and more writes of that shard followed. Whether "
+        "they come from one array operation or from many at once, each part is another "
+        "read-merge-write of the shard. To write each shard once: "
+        f"zarr.config.set({{'async.concurrency': {size}}}) or more",
         ShardRewriteWarning,
         stacklevel=1,  # called by the event loop: this line is the one location
     )

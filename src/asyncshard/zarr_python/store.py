@@ -29,6 +29,7 @@ from asyncshard.errors import ConflictError
 from asyncshard.store import Store, StoreStats
 from asyncshard.views.unsharded import UnshardedView
 from asyncshard.zarr_python.buffers import to_buffer, to_bytes_like, to_range
+from asyncshard.zarr_python.guard import ShardGuard
 from asyncshard.zarr_python.modes import Mode, present
 
 
@@ -48,8 +49,9 @@ class ZarrStore(ZarrABCStore):
         store: an asyncshard Store, or any location of ``open_store``: a URL
             (``s3://bucket/prefix``, ``file:///data``, ``memory://``, ...), a path, an
             obstore store or an obspec client.
-        mode: ``"pass-through"`` (keys unchanged; zarr-python does its own sharding) or
-            ``"inner-chunks"`` (sharded arrays appear unsharded).
+        mode: ``"pass-through"`` (keys unchanged; zarr-python does its own sharding,
+            its shard rewrites made conditional: :mod:`~asyncshard.zarr_python.guard`)
+            or ``"inner-chunks"`` (sharded arrays appear unsharded).
         read_only: refuse writes, as zarr-python stores do (``ValueError``). ``None``
             (the default): read-only exactly when the store cannot write.
         storage_options, options: storage options for ``open_store`` (credentials,
@@ -89,6 +91,7 @@ class ZarrStore(ZarrABCStore):
         elif inner is not store and inner.url is not None:  # an obstore store
             self._url, self._options = inner.url, inner.open_options
         self.view = present(inner, mode)
+        self._guard = ShardGuard(inner) if self.view is inner else None
         self.inner = inner
         self.mode = mode
         if read_only is None:
@@ -190,7 +193,11 @@ class ZarrStore(ZarrABCStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         rng = to_range(byte_range)
-        return to_buffer(await self.view.get(key, rng), prototype or default_buffer_prototype())
+        if rng is None and self._guard is not None and not self.read_only:  # a shard to rewrite?
+            data = await self._guard.get(key)
+        else:
+            data = await self.view.get(key, rng)
+        return to_buffer(data, prototype or default_buffer_prototype())
 
     async def get_partial_values(
         self,
@@ -228,7 +235,10 @@ class ZarrStore(ZarrABCStore):
 
     async def set(self, key: str, value: Buffer) -> None:
         self._check_writable()
-        await self.view.set(key, to_bytes_like(value))
+        if self._guard is not None:
+            await self._guard.set(key, to_bytes_like(value))
+        else:
+            await self.view.set(key, to_bytes_like(value))
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         """Create ``key`` unless it exists: one conditional write where the store has them.
@@ -247,7 +257,10 @@ class ZarrStore(ZarrABCStore):
 
     async def delete(self, key: str) -> None:
         self._check_writable()
-        await self.view.erase_values([key])
+        if self._guard is not None:
+            await self._guard.delete(key)
+        else:
+            await self.view.erase_values([key])
 
     async def delete_dir(self, prefix: str) -> None:
         if not self.supports_deletes or not self.supports_listing:
