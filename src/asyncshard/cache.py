@@ -59,7 +59,12 @@ class CacheStats:
 
 class LoadingCache:
     """Byte-charged LRU with single-flight loads: the shard-index cache (decoded
-    indexes) and the chunk-data cache (raw chunk bytes) are each one of these."""
+    indexes) and the chunk-data cache (raw chunk bytes) are each one of these.
+
+    Args:
+        max_bytes: the bytes its entries may be charged in all (least recently used
+            entries leave first).
+    """
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes

@@ -42,7 +42,8 @@ class AppConfig:
             answers (up to 1 MiB) kept and answered again after a ``stat``.
         recheck_after: seconds a cached index may answer "no such chunk" (404) before
             the shard is checked again (see ``ShardedAdapter``).
-        writable, token: accept ``PUT``/``DELETE`` with ``Authorization: Bearer <token>``.
+        writable: accept ``PUT`` and ``DELETE`` (with the token).
+        token: the bearer token writes must carry (``Authorization: Bearer <token>``).
         piece_size: largest single store read while streaming a body.
         buffer_bytes: budget of body bytes held by all requests at once (pieces shrink
             to 64 KiB when it runs low; see ``budget.py``).

@@ -396,8 +396,9 @@ class Uint64ShardedStore(ShardedAdapter[int]):
         names: a volume scale: chunks are named by their unsharded chunk names.
         cache: where decoded indexes are kept (default: the process-wide cache).
         max_chunk_nbytes: the largest decoded chunk accepted (gzip data).
-        recheck_after, data_cache, lean_reads: see
-            :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        lean_reads: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
     """
 
     def __init__(

@@ -205,8 +205,9 @@ class ZarrShardedStore(ShardedAdapter[Position]):
         layout: the array's sharding layout (:meth:`open` reads it from the metadata).
         cache: where decoded shard indexes are kept (default: the process-wide cache).
         write_order: order of chunk data in written shards (``"morton"``: zarr-python's).
-        recheck_after, data_cache, lean_reads: see
-            :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        lean_reads: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
     """
 
     def __init__(

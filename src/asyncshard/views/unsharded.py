@@ -176,8 +176,9 @@ class UnshardedView(WrapperStore):
         write_cut_short: called with the shard's chunk count when a shard is written in
             parts because every writer was at that bound and it is below the shard's
             chunks (see :class:`~asyncshard.views.gate.WriteGate`).
-        recheck_after, data_cache, lean_reads: see
-            :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        recheck_after: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        data_cache: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
+        lean_reads: see :class:`~asyncshard.sharding.engine.ShardedAdapter`.
         metadata_ttl: seconds a folder's metadata is trusted.
         max_folders: folders whose metadata is remembered.
         max_depth: folders above a key searched for its dataset.

@@ -54,8 +54,9 @@ class ZarrStore(ZarrABCStore):
             or ``"inner-chunks"`` (sharded arrays appear unsharded).
         read_only: refuse writes, as zarr-python stores do (``ValueError``). ``None``
             (the default): read-only exactly when the store cannot write.
-        storage_options, options: storage options for ``open_store`` (credentials,
-            endpoint, caps...), as one dict or as keywords; refused with a Store.
+        storage_options: storage options for ``open_store`` (credentials, endpoint,
+            caps...) as one dict; refused with a Store.
+        **options: the same as keywords.
 
     Attributes:
         inner: the asyncshard Store given or opened (its ``stats`` count requests).

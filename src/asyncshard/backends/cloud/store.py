@@ -97,15 +97,20 @@ class CloudStore(Store):
     Args:
         url: ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``http(s)://host/path``
             or ``az://container/prefix`` (every scheme of ``CLOUD_SCHEMES``).
-        max_gap, max_request, max_concurrency, max_overfetch: range coalescing caps and
-            request concurrency (defaults ``CLOUD_MAX_GAP``, ``CLOUD_MAX_REQUEST``; see
-            :class:`~asyncshard.store.Store`).
+        max_gap: ranges of one object are merged into one request across gaps of at
+            most this many bytes (see :class:`~asyncshard.store.Store`).
+        max_request: merged requests are at most this many bytes.
+        max_concurrency: requests in flight at most.
+        max_overfetch: a merged request reads at most this fraction of its wanted bytes
+            again (or 4 KiB of gaps); ``None`` merges by the gap alone.
         allow_http: allow plain ``http://`` endpoints; by default allowed exactly when
             the URL or the configured endpoint/base URL is ``http://``.
         max_retries: retries per request (default 5); ``retry_config`` for the rest.
             Also bounds the store's own restarts of broken reads and of conditional
             writes whose outcome was unknown.
-        timeout, connect_timeout: seconds or obstore duration strings.
+        timeout: longest time for a whole request, its body included: seconds or an
+            obstore duration string (``"500ms"``).
+        connect_timeout: longest time to connect, in the same forms.
         conditional_writes: set ``False`` for S3-compatible servers that ignore
             ``If-Match``/``If-None-Match`` (e.g. ``rclone serve s3``); conditional
             writes then raise ``UnsupportedOperationError`` instead of silently
@@ -114,8 +119,10 @@ class CloudStore(Store):
         forbidden_is_missing: read a 403 answer as "missing" (default for ``http(s)://``
             only: public buckets and static servers answer 403 for absent keys and
             folders, as Neuroglancer assumes); 401 stays a permission error.
-        client_options, retry_config, credential_provider: passed to obstore (merged
-            over asyncshard's defaults).
+        client_options: obstore's ``ClientConfig``, merged over asyncshard's defaults.
+        retry_config: obstore's ``RetryConfig``, merged over asyncshard's defaults.
+        credential_provider: an obstore credential provider (e.g. a boto3 session
+            wrapper), in place of the credentials in options and the environment.
         multipart_threshold: unconditional writes larger than this use multipart upload.
     """
 

@@ -70,11 +70,15 @@ class LocalStore(Store):
             worker thread, keeping up to ``open_files`` descriptors of files read in
             part open (see :mod:`.descriptors`); ``False`` where even opening a file may
             be slow (NFS).
+        open_files: descriptors of files read in part kept open for the next read
+            (``0``: none kept).
         batch_threads: worker threads reading batches (``get_many``) at once. A batch
             of files in the page cache is Python work under the GIL, which more threads
             only fight over (:data:`DEFAULT_BATCH_THREADS`); raise it where each read
             waits on the network (NFS).
-        max_gap, max_request, max_concurrency, max_overfetch: as for every Store.
+
+    Other keywords (``max_gap``, ``max_request``, ``max_concurrency``, ``max_overfetch``)
+    are the range caps every :class:`~asyncshard.store.Store` takes.
     """
 
     def __init__(
