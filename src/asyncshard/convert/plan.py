@@ -77,8 +77,8 @@ class Request:
     ``shard_shape``: chunks per shard (an int for every axis), ``"auto"`` (chosen per
     array for shards of ``shard_bytes`` decoded bytes, :mod:`.autoshape`) or ``None``
     for flat.
-    ``separator``: force the key separator of the result (``None``: the other one, one
-    pass; the current one when resharding takes two passes).
+    ``separator``: the key separator of the result (``None``: the current one; a
+    conversion to the current keys takes two passes, see :func:`plan_passes`).
     ``index_location``/``checksum``: ``None`` keeps the current ones (a flat array gets
     ``end`` with crc32c).
     """
@@ -132,10 +132,9 @@ def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] |
         same_index = (cur.index.location, cur.index.checksum) == (index_location, checksum)
         if same_index and cur.index.endian == "little":
             return None
+    encoding = cur.encoding  # kept unless asked otherwise: plan_passes stages it if needed
     if request.separator is not None:
         encoding = ChunkKeyEncoding(cur.encoding.kind, request.separator)
-    else:
-        encoding = partner(cur.encoding, cur.ndim)  # keys disjoint from the current: one pass
     return retarget(doc, cps, encoding, index_location=index_location, checksum=checksum)
 
 
