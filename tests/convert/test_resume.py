@@ -192,6 +192,45 @@ async def test_changed_request_rolls_back_the_unswitched_objects(tmp_path: Path)
     assert_readable(arr, data)
 
 
+@pytest.mark.parametrize("crash_in", ["first", "second"])
+async def test_changed_request_between_the_passes_keeps_the_array_keys(
+    tmp_path: Path, crash_in: str
+) -> None:
+    """A shard interrupted after its first pass switched the array to the midpoint keys
+    (``c.i.j``), in the first pass's deletes or the second pass's copies; then another
+    request (unshard): the result still has the array's own keys, the original objects."""
+    arr, data = sample(tmp_path)
+    original = snapshot(arr)
+    crashing = (
+        CrashingStore(LocalStore(arr), deletes=0, match=lambda k: k.startswith("c/"))
+        if crash_in == "first"
+        else CrashingStore(LocalStore(arr), puts=3, match=lambda k: k.startswith("c/"))
+    )
+    with pytest.raises(Crash):
+        await shard_store_async(crashing, 2)
+    doc = json.loads((arr / "zarr.json").read_text())
+    assert doc["chunk_key_encoding"]["configuration"]["separator"] == "."  # the midpoint
+    assert_readable(arr, data)
+    summary = await unshard_store_async(LocalStore(arr))
+    assert summary.arrays[0].target == "flat (c/0/1)"
+    assert snapshot(arr) == original and not (arr / JOURNAL_NAME).exists()
+    assert_readable(arr, data)
+
+
+async def test_changed_request_after_another_separator_keeps_the_array_keys(
+    tmp_path: Path,
+) -> None:
+    """A one-pass shard to the other separator, interrupted, then shard with another
+    shape and default arguments: the new shards have the array's own keys."""
+    arr, data = sample(tmp_path)
+    with pytest.raises(Crash):
+        await shard_store_async(CrashingStore(LocalStore(arr), puts=4), 2, separator=".")
+    summary = await shard_store_async(LocalStore(arr), 4)
+    assert summary.arrays[0].target == "sharded 4x4 (c/0/1)"
+    assert sorted(snapshot(arr)) == ["c/0/0", "c/0/1", "c/1/0", "c/1/1"]
+    assert_readable(arr, data)
+
+
 async def test_metadata_changed_under_an_interrupted_conversion(tmp_path: Path) -> None:
     arr, _ = sample(tmp_path)
     with pytest.raises(Crash):

@@ -91,6 +91,9 @@ class CopiedArray(ZarrArray):
     def satisfies(self, final: Mapping[str, Any]) -> bool:
         return self.same(final, self.final())
 
+    def target_instead(self, final: Mapping[str, Any]) -> Doc | str:
+        return self.target()  # one pass: never at a midpoint
+
     def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
         return [(dict(self.source_doc), dict(final))]
 

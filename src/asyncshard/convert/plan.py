@@ -106,11 +106,14 @@ class Request:
             raise ValueError("shard_bytes must be positive")
 
 
-def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] | None:
+def resolve_target(
+    doc: Mapping[str, Any], request: Request, keys: ChunkKeyEncoding | None = None
+) -> dict[str, Any] | None:
     """The final document for ``request``, or ``None`` if ``doc`` already satisfies it.
 
     "Already satisfies" compares the layout (flat, or chunks per shard and index
-    options), not the key separator.
+    options), not the key separator. Without a separator in ``request`` the result has
+    ``keys``, by default ``doc``'s own.
     """
     cur = read_layout(doc)
     if request.shard_shape == "auto":
@@ -132,9 +135,9 @@ def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] |
         same_index = (cur.index.location, cur.index.checksum) == (index_location, checksum)
         if same_index and cur.index.endian == "little":
             return None
-    encoding = cur.encoding  # kept unless asked otherwise: plan_passes stages it if needed
+    encoding = keys or cur.encoding  # plan_passes stages it when it collides with doc's
     if request.separator is not None:
-        encoding = ChunkKeyEncoding(cur.encoding.kind, request.separator)
+        encoding = ChunkKeyEncoding(encoding.kind, request.separator)
     return retarget(doc, cps, encoding, index_location=index_location, checksum=checksum)
 
 
