@@ -97,7 +97,7 @@ async def test_reshard_into_smaller_shards_reads_each_source_shard_once(
     assert shard_reads == [(f"c.{i}.{j}", None) for i in range(3) for j in range(3)]
     report = summary.arrays[0]
     assert (report.objects_written, report.chunks) == (5 * 5 - 1, 86)  # one target empty
-    assert len([p for p in (tmp_path / "b" / "c").rglob("*") if p.is_file()]) == 24
+    assert len([p for p in (tmp_path / "b").iterdir() if p.name.startswith("c.")]) == 24
     assert_readable(tmp_path / "b", data)
 
 
