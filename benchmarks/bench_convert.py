@@ -14,8 +14,8 @@ same other, median kept; every result is read back and checked before it counts)
   * unshard the sharded array (written by asyncshard, or by tensorstore with
     ``--sharded-by tensorstore``: its shards hold their chunks in C order, asyncshard's
     in Morton order): asyncshard ``unshard_store`` vs tensorstore's copy;
-  * reshard ``--shard`` -> ``--reshard``: asyncshard ``reshard`` (by default one pass,
-    the separator flips; and the input's separator, keys kept: two passes) and
+  * reshard ``--shard`` -> ``--reshard``: asyncshard ``reshard`` (to the other
+    separator: one pass; and by default, keys kept: two passes) and
     ``reshard(..., to=...)`` (a resharded copy) vs tensorstore's copy;
 * **vectors** — a zarr-vectors points store (``--points`` points with a vertex
   attribute on a ``--grid``^3 cell grid; default 6 M points, 36,507 objects, 85 MB):
@@ -197,11 +197,11 @@ def child(job: str, args: dict[str, Any]) -> dict[str, Any]:
             coro = lambda: reshard_async(src, args["shard"], **to, **options)  # noqa: E731
         elif what == "unshard":
             coro = lambda: unshard_store_async(src, **options)  # noqa: E731
-        elif what == "reshard":  # one pass: the separator flips
+        elif what == "reshard":  # one pass: to the other separator than the input's
+            other = "." if args["separator"] == "/" else "/"
+            coro = lambda: reshard_async(src, args["shard"], separator=other, **options)  # noqa: E731
+        else:  # reshard keeping the keys (the default): two passes
             coro = lambda: reshard_async(src, args["shard"], **options)  # noqa: E731
-        else:  # reshard keeping the keys (the input's separator): two passes
-            kept = args["separator"]
-            coro = lambda: reshard_async(src, args["shard"], separator=kept, **options)  # noqa: E731
         from asyncshard import loops
 
         loops.loop_factory()  # imports the loop (uvloop: 25 ms) before the clock starts
@@ -573,7 +573,7 @@ def build_jobs(bench: Bench, args: argparse.Namespace, work: Path) -> list[Job]:
             shutil.copytree(flat, sharded)
             from asyncshard.convert import shard_store
 
-            shard_store(str(sharded), args.shard, manifest=False)
+            shard_store(str(sharded), args.shard, separator=".", manifest=False)
         objects, nbytes = census(flat)
         array_sha = array_digest(str(flat), None)
         print(

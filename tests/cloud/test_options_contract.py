@@ -67,7 +67,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     root = tmp_path_factory.mktemp("dataset")
     make_array(root / "flat", (16, 16), (4, 4), sparse=False)
     make_array(root / "sharded", (16, 16), (4, 4), sparse=False)
-    shard_store(str(root), 2, ["sharded"])
+    shard_store(str(root), 2, ["sharded"], separator=".")  # keys c.i.j
     make_volume(root / "vol")
     make_volume(root / "svol")
     shard_precomputed(str(root / "svol"))

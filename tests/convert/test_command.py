@@ -26,7 +26,8 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
 
     result = invoke(shard, url, "2")
     assert result.exit_code == 0, result.output
-    assert "arr: flat (c/0/1) -> sharded 2x2 (c.0.1)" in result.stdout
+    assert "arr: flat (c/0/1) -> sharded 2x2 (c/0/1)" in result.stdout  # keys kept
+    assert "in 2 passes" in result.stdout
     assert "1 converted, 0 skipped" in result.stdout
     assert "shard" in result.stderr and "B/s" in result.stderr  # the progress bar
     assert_readable(arr, data)
@@ -34,16 +35,17 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
     result = invoke(shard, url, "2", "--quiet")
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
 
-    result = invoke(reshard, f"file://{tmp_path / 'vol'}", "4,1", "--json", "-q", "-j", "2")
-    summary = json.loads(result.stdout)  # the separator flips back to "/": one pass
+    args = ["4,1", "--separator", ".", "--json", "-q", "-j", "2"]
+    result = invoke(reshard, f"file://{tmp_path / 'vol'}", *args)
+    summary = json.loads(result.stdout)  # another separator: keys disjoint, one pass
     assert summary["arrays_changed"] == ["arr"] and summary["arrays"][0]["passes"] == 1
-    assert summary["arrays"][0]["target"] == "sharded 4x1 (c/0/1)"
+    assert summary["arrays"][0]["target"] == "sharded 4x1 (c.0.1)"
     assert result.stderr == ""
     assert_readable(arr, data)
 
-    result = invoke(unshard, url, "--array", "arr", "--separator", "/")  # keys kept
+    result = invoke(unshard, url, "--array", "arr", "--separator", "/")
     assert result.exit_code == 0 and "-> flat (c/0/1)" in result.stdout
-    assert "in 2 passes" in result.stdout
+    assert "in 1 pass" in result.stdout
     assert snapshot(arr) == original
     result = invoke(reshard, url, "none", "-q", "--json")
     assert json.loads(result.stdout)["skipped"] == [

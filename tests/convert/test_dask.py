@@ -26,9 +26,7 @@ def test_round_trip_on_dask(dask_client: Any, tmp_path: Path) -> None:
     assert {t["worker"] for t in stream.data} == set(dask_client.nthreads())  # both workers
     assert summary.arrays_changed == ["arr"] and summary.chunks_moved == len(original)
     assert_readable(arr, data)
-    reshard(
-        url, (4, 1), client=dask_client, separator="."
-    )  # keys kept: two passes, both on the cluster
+    reshard(url, (4, 1), client=dask_client)  # keys kept: two passes, both on the cluster
     assert_readable(arr, data)
     unshard_store(url, client=dask_client)
     assert snapshot(arr) == original

@@ -8,15 +8,19 @@ the chunk files with the format's pure builder over plain per-file reads (precom
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
-from asyncshard.convert import shard_precomputed, shard_store, unshard_store
+from asyncshard.convert import reshard, shard_precomputed, shard_store, unshard_store
+from asyncshard.convert.layout import MANIFEST_ATTRIBUTE
 from asyncshard.formats.precomputed.shard import build_shard
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import Scale
-from tests.convert.helpers import make_array, snapshot
+from tests.convert.helpers import assert_readable, make_array, snapshot
 from tests.convert.test_precomputed import SPEC, make_volume
 
 
@@ -34,7 +38,7 @@ def test_zarr_shards_equal_zarr_python_shards(tmp_path: Path) -> None:
         dtype=data.dtype,
         fill_value=0,
         compressors=None,
-        chunk_key_encoding={"name": "default", "separator": "."},
+        chunk_key_encoding={"name": "default", "separator": "/"},  # the flat array's
     )
     reference[...] = data
 
@@ -62,3 +66,42 @@ def test_precomputed_shards_equal_the_reference_builder(tmp_path: Path) -> None:
 
     shard_precomputed(str(root), SPEC, [scale.key])
     assert snapshot(folder) == {n: build_shard(c, sharding) for n, c in expected.items()}
+
+
+@pytest.mark.parametrize(
+    ("encoding", "separator", "shape", "chunks"),
+    [
+        ("default", "/", (46, 38), (6, 6)),
+        ("default", ".", (46, 38), (6, 6)),
+        ("v2", ".", (46, 38), (6, 6)),
+        ("v2", "/", (46, 38), (6, 6)),
+        ("v2", ".", (46,), (6,)),  # 1-d v2 keys: no separator in them
+    ],
+)
+def test_round_trip_keeps_the_key_encoding_and_the_objects(
+    tmp_path: Path, encoding: str, separator: str, shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> None:
+    """flat -> shard -> reshard (another shape) -> unshard with default arguments: every
+    step keeps the array's chunk key encoding, and the end holds the original objects
+    (names and bytes); ``zarr.json`` differs only by the ``nonempty_chunks`` manifest."""
+    arr = tmp_path / "a"
+    data = make_array(arr, shape, chunks, encoding=encoding, separator=separator)
+    original, doc = snapshot(arr), _doc(arr)
+    steps: list[Callable[[], object]] = [
+        lambda: shard_store(str(arr), 2),
+        lambda: reshard(str(arr), 3),
+        lambda: unshard_store(str(arr)),
+    ]
+    for step in steps:
+        step()
+        assert _doc(arr)["chunk_key_encoding"] == doc["chunk_key_encoding"]
+        assert_readable(arr, data)
+    assert snapshot(arr) == original
+    final = _doc(arr)
+    assert len(final["attributes"].pop(MANIFEST_ATTRIBUTE)) == len(original)
+    assert final == doc
+
+
+def _doc(arr: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((arr / "zarr.json").read_text())
+    return doc

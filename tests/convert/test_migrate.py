@@ -17,6 +17,7 @@ import pytest
 from asyncshard.convert import shard_store
 from asyncshard.convert.journal import JOURNAL_NAME
 from asyncshard.errors import ConversionError, InvalidMetadataError, NothingToConvertError
+from tests.convert.helpers import make_array, read_zarr
 from tests.convert.ome_data import (
     assert_same_arrays,
     tree_digest,
@@ -278,6 +279,17 @@ def test_reshard_into_another_store(tmp_path: Path) -> None:
         reshard(str(source), None, to=str(other))
     assert not other.exists()
     assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(("separator", "asked"), [(".", None), ("/", None), ("/", ".")])
+def test_a_v3_copy_keeps_the_source_keys(tmp_path: Path, separator: str, asked: str | None) -> None:
+    """A v3 array sharded into another store keeps its separator unless asked for one."""
+    source, dest = tmp_path / "src", tmp_path / "dst"
+    data = make_array(source, (20, 20), (5, 5), separator=separator)
+    shard_store(str(source), 2, to=str(dest), separator=asked)
+    keys = json.loads((dest / "zarr.json").read_text())["chunk_key_encoding"]
+    assert keys == {"name": "default", "configuration": {"separator": asked or separator}}
+    np.testing.assert_array_equal(read_zarr(dest), data)
 
 
 def test_bioformats2raw_layout(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_normalize_shard_shape() -> None:
         Request(2, separator="-")  # type: ignore[arg-type]
 
 
-def test_resolve_target_flat_to_sharded_flips_separator_and_keeps_codecs() -> None:
+def test_resolve_target_flat_to_sharded_keeps_separator_and_codecs() -> None:
     doc = flat_doc([100, 60], [10, 10])
     target = resolve_target(doc, Request(4))
     assert target is not None and is_sharded(target)
@@ -90,7 +90,7 @@ def test_resolve_target_flat_to_sharded_flips_separator_and_keeps_codecs() -> No
     assert config["codecs"] == doc["codecs"]  # no re-encoding: same inner codecs
     assert config["chunk_shape"] == [10, 10]
     assert target["chunk_grid"]["configuration"]["chunk_shape"] == [40, 40]
-    assert target["chunk_key_encoding"] == encoding_json(Encoding("default", "."))
+    assert target["chunk_key_encoding"] == doc["chunk_key_encoding"]
     assert target["attributes"] == {"a": 1}
     assert resolve_target(target, Request(4)) is None  # already there
     assert resolve_target(target, Request((4, 4), index_location="end")) is None
@@ -100,26 +100,26 @@ def test_resolve_target_flat_to_sharded_flips_separator_and_keeps_codecs() -> No
     assert resolve_target(doc, Request(None)) is None  # unsharding a flat array: no-op
 
 
-def test_resolve_target_resharding_flips_the_separator_unless_asked() -> None:
-    """One pass by default (keys disjoint from the current ones); the current
-    separator kept only when asked, which takes two passes."""
+def test_resolve_target_resharding_keeps_the_separator_unless_asked() -> None:
+    """The current keys by default, which takes two passes; another separator when
+    asked, in one pass (keys disjoint from the current ones)."""
     sharded = retarget(flat_doc([100, 60], [10, 10]), (4, 4), Encoding("default", "."))
     target = resolve_target(sharded, Request((2, 3)))
     assert target is not None
     assert read_layout(target).chunks_per_shard == (2, 3)
-    assert read_layout(target).encoding == Encoding("default", "/")
-    assert len(plan_passes(sharded, target)) == 1
-    kept = resolve_target(sharded, Request((2, 3), separator="."))
-    assert kept is not None and read_layout(kept).encoding == Encoding("default", ".")
-    assert len(plan_passes(sharded, kept)) == 2
+    assert read_layout(target).encoding == Encoding("default", ".")
+    assert len(plan_passes(sharded, target)) == 2
+    flipped = resolve_target(sharded, Request((2, 3), separator="/"))
+    assert flipped is not None and read_layout(flipped).encoding == Encoding("default", "/")
+    assert len(plan_passes(sharded, flipped)) == 1
 
 
 def test_plan_passes_one_or_two() -> None:
     flat = flat_doc([100, 60], [10, 10])
-    sharded = resolve_target(flat, Request(4))
+    sharded = resolve_target(flat, Request(4, separator="."))
     assert sharded is not None
     assert len(plan_passes(flat, sharded)) == 1
-    resharded = resolve_target(sharded, Request(2, separator="."))  # keys kept
+    resharded = resolve_target(sharded, Request(2))  # keys kept
     assert resharded is not None
     passes = plan_passes(sharded, resharded)
     assert len(passes) == 2

@@ -46,9 +46,9 @@ async def test_round_trip_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
         assert_readable(await download(store, "vol/arr/", tmp_path / "sharded"), data)
 
         with pytest.raises(Crash):  # interrupted on S3, then resumed
-            await reshard_async(CrashingStore(store, puts=3), (4, 2, 3), separator=".")
+            await reshard_async(CrashingStore(store, puts=3), (4, 2, 3))
         assert_readable(await download(store, "vol/arr/", tmp_path / "crashed"), data)
-        summary = await reshard_async(url, (4, 2, 3), separator=".", storage_options=options)
+        summary = await reshard_async(url, (4, 2, 3), storage_options=options)
         assert summary.arrays[0].resumed
         assert_readable(await download(store, "vol/arr/", tmp_path / "resharded"), data)
 

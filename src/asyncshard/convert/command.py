@@ -294,8 +294,8 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
 _SEPARATOR = click.option(
     "--separator",
     type=click.Choice(["/", "."]),
-    help="Key separator of the result (default: the other one, in one pass; keeping "
-    "the current one takes a reshard two passes).",
+    help="Key separator of the result (default: the array's own, kept in two passes; "
+    "the other one takes one).",
 )
 _INDEX = click.option(
     "--index-location",
@@ -380,11 +380,7 @@ def shard(
 
 @click.command("unshard")
 @click.argument("url")
-@click.option(
-    "--separator",
-    type=click.Choice(["/", "."]),
-    help="Key separator of the result (default: the other one).",
-)
+@_SEPARATOR
 @_options
 def unshard(url: str, separator: Separator | None, **options: Any) -> None:
     """Turn the sharded arrays at URL back into one object per chunk."""

@@ -7,7 +7,7 @@ use the array's chunk key encoding (a prefix-free
 :class:`~asyncshard.formats.zarr3.metadata.ChunkKeyEncoding`), so a flat chunk and a
 shard at the same grid coordinates have the same key. :func:`partner` gives, for every
 encoding and number of dimensions, an encoding whose keys never equal the original's;
-conversions write the new layout under such a disjoint encoding (see
+every pass of a conversion writes the new layout under such a disjoint encoding (see
 :mod:`asyncshard.convert.zarr`).
 """
 
@@ -67,8 +67,9 @@ def disjoint(a: ChunkKeyEncoding, b: ChunkKeyEncoding, ndim: int) -> bool:
 
 
 def partner(encoding: ChunkKeyEncoding, ndim: int) -> ChunkKeyEncoding:
-    """The encoding a conversion writes to: the other separator when that gives keys
-    disjoint from ``encoding``'s, else the other kind (0-d arrays; 1-d ``v2`` arrays)."""
+    """The encoding a conversion that keeps ``encoding`` stages its first pass in: the
+    other separator when that gives keys disjoint from ``encoding``'s, else the other
+    kind (0-d arrays; 1-d ``v2`` arrays)."""
     flipped = ChunkKeyEncoding(encoding.kind, "." if encoding.separator == "/" else "/")
     if disjoint(encoding, flipped, ndim):
         return flipped

@@ -64,9 +64,12 @@ META = "zarr.json"
 class CopiedArray(ZarrArray):
     """An array converted into another store: ``source_doc`` is the v3 document of the
     source objects; ``doc`` is the destination's ``zarr.json`` once it exists (a
-    finished array), else ``source_doc``. ``recode``: see :class:`PassSpec`."""
+    finished array), else ``source_doc``. ``keys``: the key encoding of a v3 source,
+    kept (``None``: a v2 source, copied with ``c/`` keys). ``recode``: see
+    :class:`PassSpec`."""
 
     source_doc: Doc = field(default_factory=dict)
+    keys: ChunkKeyEncoding | None = None
     recode: dict[str, Any] | None = None
     recode_reason: str = ""
     _expected: int | None = None
@@ -77,12 +80,14 @@ class CopiedArray(ZarrArray):
         return self.doc is not self.source_doc
 
     def final(self) -> Doc:
-        """The destination document the request asks for (``c/`` keys, or the
-        separator asked for)."""
+        """The destination document the request asks for: the source's keys (``c/`` for
+        a v2 source), or the separator asked for."""
         resolved = resolve_target(self.source_doc, self.request)
         doc = copy.deepcopy(self.source_doc) if resolved is None else resolved
-        separator = self.request.separator or "/"
-        doc["chunk_key_encoding"] = encoding_json(ChunkKeyEncoding("default", separator))
+        keys = self.keys or ChunkKeyEncoding("default", "/")
+        if self.request.separator is not None:
+            keys = ChunkKeyEncoding(keys.kind, self.request.separator)
+        doc["chunk_key_encoding"] = encoding_json(keys)
         return doc
 
     def target(self) -> Doc | str:
@@ -90,6 +95,9 @@ class CopiedArray(ZarrArray):
 
     def satisfies(self, final: Mapping[str, Any]) -> bool:
         return self.same(final, self.final())
+
+    def target_instead(self, final: Mapping[str, Any]) -> Doc | str:
+        return self.target()  # one pass: never at a midpoint
 
     def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
         return [(dict(self.source_doc), dict(final))]
@@ -240,6 +248,7 @@ async def _plan_array(
         request,
         manifest=options.get("manifest", False),
         source_doc=source_doc,
+        keys=layout.encoding if node.zarr_format == 3 else None,
         recode=recode,
         recode_reason=reason,
     )

@@ -137,6 +137,11 @@ class Convertible(ABC):
     def satisfies(self, final: Mapping[str, Any]) -> bool:
         """Whether a journaled final layout is what the current request asks for."""
 
+    def target_instead(self, final: Mapping[str, Any]) -> Doc | str:
+        """:meth:`target`, for a node whose interrupted conversion to ``final`` is
+        given up for the current request (the node may be at a midpoint)."""
+        return self.target()
+
     def passes(self, final: Mapping[str, Any]) -> list[tuple[Doc, Doc]]:
         """``[(source, target), ...]`` layouts of the passes from the current to ``final``;
         each pass writes keys disjoint from those it reads."""
@@ -271,7 +276,7 @@ async def _settle_interrupted(
         if agrees and not node.same(node.doc, journal.final):
             return journal.final, False
         await remove_journal(store, node.prefix)
-        return node.target(), False
+        return node.target_instead(journal.final), False
     if not node.same(node.doc, journal.source):
         raise ConversionError(
             f"{node.meta_key} matches neither side of the interrupted conversion recorded "
@@ -282,7 +287,7 @@ async def _settle_interrupted(
         return journal.final, True
     await _delete_layout(store, node, journal.target)
     await remove_journal(store, node.prefix)
-    return node.target(), False
+    return node.target_instead(journal.final), False
 
 
 async def _run_pass(

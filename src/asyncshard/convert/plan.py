@@ -77,8 +77,8 @@ class Request:
     ``shard_shape``: chunks per shard (an int for every axis), ``"auto"`` (chosen per
     array for shards of ``shard_bytes`` decoded bytes, :mod:`.autoshape`) or ``None``
     for flat.
-    ``separator``: force the key separator of the result (``None``: the other one, one
-    pass; the current one when resharding takes two passes).
+    ``separator``: the key separator of the result (``None``: the current one; a
+    conversion to the current keys takes two passes, see :func:`plan_passes`).
     ``index_location``/``checksum``: ``None`` keeps the current ones (a flat array gets
     ``end`` with crc32c).
     """
@@ -106,11 +106,14 @@ class Request:
             raise ValueError("shard_bytes must be positive")
 
 
-def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] | None:
+def resolve_target(
+    doc: Mapping[str, Any], request: Request, keys: ChunkKeyEncoding | None = None
+) -> dict[str, Any] | None:
     """The final document for ``request``, or ``None`` if ``doc`` already satisfies it.
 
     "Already satisfies" compares the layout (flat, or chunks per shard and index
-    options), not the key separator.
+    options), not the key separator. Without a separator in ``request`` the result has
+    ``keys``, by default ``doc``'s own.
     """
     cur = read_layout(doc)
     if request.shard_shape == "auto":
@@ -132,10 +135,9 @@ def resolve_target(doc: Mapping[str, Any], request: Request) -> dict[str, Any] |
         same_index = (cur.index.location, cur.index.checksum) == (index_location, checksum)
         if same_index and cur.index.endian == "little":
             return None
+    encoding = keys or cur.encoding  # plan_passes stages it when it collides with doc's
     if request.separator is not None:
-        encoding = ChunkKeyEncoding(cur.encoding.kind, request.separator)
-    else:
-        encoding = partner(cur.encoding, cur.ndim)  # keys disjoint from the current: one pass
+        encoding = ChunkKeyEncoding(encoding.kind, request.separator)
     return retarget(doc, cps, encoding, index_location=index_location, checksum=checksum)
 
 

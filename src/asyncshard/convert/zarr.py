@@ -14,20 +14,18 @@ the encoding must therefore overwrite live objects of the old layout:
 
 No ordering of the writes avoids both: the first shard written over a live chunk breaks
 whichever layout ``zarr.json`` names at that moment. Keeping the array readable at every
-instant requires the new objects to have keys that no live object has. So a conversion
+instant requires the new objects to have keys that no live object has. So a pass
 writes the new layout under a *disjoint* chunk key encoding, the array's encoding with
 the other separator (``c/0/0`` becomes ``c.0.0``; see
 :func:`~asyncshard.convert.layout.partner` for 0-d and 1-d ``v2`` arrays).
-Zarr readers (zarr-python, tensorstore) follow ``chunk_key_encoding`` in ``zarr.json``,
-so the change is invisible to them, and it costs nothing: one read and one write of
-every byte.
+Zarr readers (zarr-python, tensorstore) follow ``chunk_key_encoding`` in ``zarr.json``.
 
-* Every conversion flips the separator by default, in one pass: flat <-> sharded, and
-  sharded -> sharded (another shard shape or index). Sharding then unsharding gives
-  back the original keys and bytes exactly.
-* ``separator=`` the current separator keeps the keys, which a reshard can only do in
-  two passes: the new shards under the other separator, then a verbatim copy back
-  (a hard link locally, a server-side copy on S3).
+* Every conversion keeps the array's chunk key encoding by default (tools that list
+  ``c/`` find the objects where they were), in two passes: the new layout under the
+  disjoint encoding, then a verbatim copy of its objects back to the array's keys (a
+  hard link locally, a server-side copy on S3). Shard, reshard, unshard gives back the
+  original keys and bytes exactly.
+* ``separator=`` the other separator takes one pass, straight to those keys.
 
 A pass
 ------
@@ -238,8 +236,8 @@ async def shard_store_async(
     re-encoded); sharded arrays with another shard shape are resharded; arrays already
     in that layout are skipped.
 
-    Options: ``separator`` forces the key separator of the result (see the module
-    docstring); ``index_location``/``checksum`` the shard index (default ``end`` with
+    Options: ``separator`` the key separator of the result (default: the array's own;
+    see the module docstring); ``index_location``/``checksum`` the shard index (default ``end`` with
     crc32c, or the current ones); the runner options of
     :class:`~asyncshard.convert.pipeline.RunOptions` (``max_in_flight``, ``client``,
     ``runner``, ``storage_options``, ``progress``) and the manifest options of

@@ -39,7 +39,7 @@ from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.errors import (
     InvalidMetadataError,
 )
-from asyncshard.formats.zarr3.keys import Coords
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords
 from asyncshard.sharding.common import read_json_versioned
 from asyncshard.store import Store
 
@@ -162,7 +162,18 @@ class ZarrArray(Convertible):
         return self.layout(doc).describe()
 
     def target(self) -> Doc | str:
-        final = resolve_target(self.doc, self.request)
+        return self._target(None)
+
+    def target_instead(self, final: Mapping[str, Any]) -> Doc | str:
+        """At the midpoint of a two-pass conversion (``final``'s layout under other
+        keys), the array's own keys are ``final``'s; elsewhere, the document's."""
+        keys = final.get("chunk_key_encoding")
+        if self.same({**self.doc, "chunk_key_encoding": keys}, final):
+            return self._target(read_layout(final).encoding)
+        return self.target()
+
+    def _target(self, keys: ChunkKeyEncoding | None) -> Doc | str:
+        final = resolve_target(self.doc, self.request, keys)
         return f"already {self.describe()}" if final is None else final
 
     def satisfies(self, final: Mapping[str, Any]) -> bool:
