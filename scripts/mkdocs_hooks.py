@@ -8,6 +8,7 @@ typed configuration stubs), so the reference cannot drift from what the code acc
 from __future__ import annotations
 
 import dataclasses
+import html
 import importlib
 import inspect
 import re
@@ -66,6 +67,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _code(text: str) -> str:
+    """Code in a table cell: as HTML, since a ``|`` (a union type) would end the cell."""
+    return f"<code>{html.escape(text).replace('|', '&#124;')}</code>" if text else ""
+
+
 def _size(value: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if value >= 1 << shift and value % (1 << shift) == 0:
@@ -92,7 +98,7 @@ def _runtime(path: str) -> Any:
 
 def _table(rows: list[tuple[str, str, str, str]]) -> str:
     lines = ["| option | type | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{n}` | `{_cell(t)}` | {d} | {_cell(m)} |" for n, t, d, m in rows]
+    lines += [f"| `{n}` | {_code(t)} | {d} | {_cell(m)} |" for n, t, d, m in rows]
     return "\n".join(lines)
 
 
