@@ -114,6 +114,62 @@ async def test_a_load_overtaken_by_put_or_invalidate_does_not_store_its_result()
     assert cache.peek("j") is None
 
 
+async def test_no_caller_joins_a_load_that_was_overtaken() -> None:
+    """A load that started before a put or an invalidation may answer with what that
+    change replaced: a caller arriving after the change loads anew."""
+    cache = LoadingCache()
+    release = asyncio.Event()
+
+    async def slow_old() -> CacheEntry:
+        await release.wait()
+        return LoadingCache.make_entry("old index", "v1", 10)
+
+    async def new() -> CacheEntry:
+        return LoadingCache.make_entry("new index", "v2", 10)
+
+    first = asyncio.ensure_future(cache.get("k", slow_old))
+    await asyncio.sleep(0)
+    joined = asyncio.ensure_future(cache.get("k", new))  # before any change: joins
+    await asyncio.sleep(0)
+    cache.invalidate("k")
+    after = asyncio.ensure_future(cache.get("k", new))
+    while cache.stats.misses + cache.stats.joined < 3:  # until it asked
+        await asyncio.sleep(0)
+    release.set()
+    assert (await after).value == "new index"
+    assert [(await first).value, (await joined).value] == ["old index", "old index"]
+    assert (cache.stats.misses, cache.stats.joined) == (2, 1)
+    entry = cache.peek("k")
+    assert entry is not None and entry.value == "new index"
+
+
+def test_offered_answers_never_replace_what_the_cache_learned_since() -> None:
+    """``offer``: an answer whose request started before a put or an invalidation of its
+    key is dropped; a write's answer then drops the key (which is newer is unknown)."""
+    cache = LoadingCache()
+    read = cache.ticket("k")
+    cache.put("k", "written", "v2", 10)
+    assert not cache.offer(read, "read", "v1", 10)
+    assert cache.peek("k").value == "written"  # type: ignore[union-attr]
+
+    write = cache.ticket("k")
+    cache.put("k", "read meanwhile", "v1", 10)
+    assert not cache.offer(write, "written", "v3", 10, written=True)
+    assert cache.peek("k") is None
+
+    for change in (lambda: cache.invalidate("k"), cache.clear):
+        late = cache.ticket("k")
+        change()
+        assert not cache.offer(late, "read", "v1", 10) and cache.peek("k") is None
+    in_ns = cache.ticket(("ns", "k"))
+    cache.invalidate_namespace("ns")
+    assert not cache.offer(in_ns, "read", "v1", 10)
+
+    alone = cache.ticket("k")
+    assert cache.offer(alone, "read", "v4", 10) and cache.peek("k").value == "read"  # type: ignore[union-attr]
+    cache.release(alone)  # released already: a no-op
+
+
 def test_generation_changes_when_an_entry_leaves_or_changes() -> None:
     """Adding entries keeps the generation; replacing, evicting, dropping and clearing
     change it; confirming (``touch``) and dropping a missing key do not."""

@@ -11,6 +11,13 @@ given its own; a store given a ``data_cache`` keeps chunk bytes in another. Prop
   reader can condition its data reads on it and drop the entry when it is stale.
 * **Aged**: an entry knows when it was loaded (or last confirmed with :meth:`touch`), so
   its user can decide when to revalidate it; the cache itself never expires entries.
+* **Never older**: versions (ETags) do not say which of two answers is newer, so order
+  comes from when requests start. A request whose answer may be cached takes a
+  :class:`Ticket` before it starts (loads take theirs themselves); a put or an
+  invalidation of the key meanwhile overtakes it, and an overtaken answer is not
+  cached (:meth:`LoadingCache.offer`), nor is an overtaken load joined by a later caller.
+  So an entry put when a write was acknowledged is replaced only by an answer to a
+  request that started after it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,19 @@ class CacheEntry:
         return self.value is None
 
 
+class Ticket:
+    """Taken for ``key`` when a request whose answer may be cached starts: ``overtaken``
+    once the key is put or invalidated meanwhile (the answer may then be older than
+    what the cache learned since). Released by :meth:`LoadingCache.offer` or
+    :meth:`LoadingCache.release`."""
+
+    __slots__ = ("key", "overtaken")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.overtaken = False
+
+
 def _entry_size(entry: CacheEntry) -> int:
     return entry.nbytes + _ENTRY_OVERHEAD
 
@@ -71,8 +91,8 @@ class LoadingCache:
         self.stats = CacheStats()
         self._lru: LRUCache[Hashable, CacheEntry] = LRUCache(max_bytes, getsizeof=_entry_size)
         self._lock = threading.Lock()
-        self._loading: dict[Hashable, asyncio.Task[CacheEntry]] = {}
-        self._overtaken: set[Hashable] = set()  # put or invalidated while a load ran
+        self._loading: dict[Hashable, tuple[asyncio.Task[CacheEntry], Ticket]] = {}
+        self._tickets: dict[Hashable, list[Ticket]] = {}  # of requests still running
         #: Changes whenever an entry is replaced, evicted or dropped (not when one is
         #: added, or confirmed with :meth:`touch`): the entries seen cached are all still
         #: cached, unchanged, while it stays the same (for users that remember answers
@@ -105,10 +125,51 @@ class LoadingCache:
         self._store(key, entry)
         return entry
 
+    def ticket(self, key: Hashable) -> Ticket:
+        """A :class:`Ticket` for a request about to start; hand it to :meth:`offer` (or
+        :meth:`release`) when the request ends, however it ends."""
+        ticket = Ticket(key)
+        with self._lock:
+            self._tickets.setdefault(key, []).append(ticket)
+        return ticket
+
+    def release(self, ticket: Ticket) -> None:
+        """The ticket's request ended (idempotent)."""
+        with self._lock:
+            held = self._tickets.get(ticket.key)
+            if held is not None and ticket in held:
+                held.remove(ticket)
+                if not held:
+                    del self._tickets[ticket.key]
+
+    def offer(
+        self,
+        ticket: Ticket,
+        value: Any,
+        version: str | None,
+        nbytes: int,
+        *,
+        written: bool = False,
+    ) -> bool:
+        """Store the answer of the request ``ticket`` was taken for, unless the key was
+        put or invalidated since it started; releases the ticket. An overtaken read's
+        answer is dropped (what overtook it stays); an overtaken write's answer
+        (``written``: what the writer was just told is stored) drops the key too, since
+        which of two overlapping answers is newer is unknown. Returns whether it was
+        stored."""
+        self.release(ticket)
+        if not ticket.overtaken:
+            self.put(ticket.key, value, version, nbytes)
+            return True
+        if written:
+            self.invalidate(ticket.key)
+        return False
+
     def _overtake(self, key: Hashable) -> None:
-        """A load running for ``key`` must not store its (now older) result."""
-        if key in self._loading:
-            self._overtaken.add(key)
+        """Requests running for ``key`` must not store their (possibly older) answers."""
+        with self._lock:
+            for ticket in self._tickets.get(key, ()):
+                ticket.overtaken = True
 
     def _store(self, key: Hashable, entry: CacheEntry) -> None:
         if _entry_size(entry) <= self.max_bytes:  # an entry larger than the budget is not kept
@@ -129,10 +190,11 @@ class LoadingCache:
 
     def invalidate_namespace(self, namespace: Hashable) -> None:
         """Forget every key that is a tuple starting with ``namespace``."""
-        for key in list(self._loading):
-            if isinstance(key, tuple) and key and key[0] == namespace:
-                self._overtaken.add(key)
         with self._lock:
+            for key, tickets in self._tickets.items():
+                if isinstance(key, tuple) and key and key[0] == namespace:
+                    for ticket in tickets:
+                        ticket.overtaken = True
             stale = [k for k in self._lru if isinstance(k, tuple) and k and k[0] == namespace]
             for key in stale:
                 self._lru.pop(key, None)
@@ -140,40 +202,51 @@ class LoadingCache:
 
     def clear(self) -> None:
         """Forget everything."""
-        self._overtaken.update(self._loading)
         with self._lock:
+            for tickets in self._tickets.values():
+                for ticket in tickets:
+                    ticket.overtaken = True
             self._lru.clear()
             self.generation += 1
 
     async def get(self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]]) -> CacheEntry:
         """The entry for ``key``, loading it with ``load()`` once for concurrent callers.
 
-        ``load`` returns an entry made with :meth:`make_entry`; it is cached if it fits.
+        ``load`` returns an entry made with :meth:`make_entry`; it is cached if it fits
+        and the key was not put or invalidated while it ran. A caller joins a running
+        load only if nothing overtook it: a load that started before a put or an
+        invalidation may answer with what that change replaced.
         """
         entry = self.peek(key)
         if entry is not None:
             self.stats.hits += 1
             return entry
         loop = asyncio.get_running_loop()
-        task = self._loading.get(key)
-        if task is not None and task.get_loop() is loop:
+        running = self._loading.get(key)
+        if running is not None and running[0].get_loop() is loop and not running[1].overtaken:
             self.stats.joined += 1
-            return await asyncio.shield(task)
+            return await asyncio.shield(running[0])
         self.stats.misses += 1
-        task = loop.create_task(self._load(key, load))
-        self._loading[key] = task
+        ticket = self.ticket(key)
+        task = loop.create_task(self._load(key, load, ticket))
+        self._loading[key] = (task, ticket)
         return await asyncio.shield(task)
 
-    async def _load(self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]]) -> CacheEntry:
+    async def _load(
+        self, key: Hashable, load: Callable[[], Awaitable[CacheEntry]], ticket: Ticket
+    ) -> CacheEntry:
         try:
             entry = await load()
-            if key not in self._overtaken:
+            self.release(ticket)
+            if not ticket.overtaken:
+                self._overtake(key)  # loads started before this one answer older
                 self._store(key, entry)
             return entry
         finally:
-            if self._loading.get(key) is asyncio.current_task():
+            self.release(ticket)
+            running = self._loading.get(key)
+            if running is not None and running[0] is asyncio.current_task():
                 del self._loading[key]
-                self._overtaken.discard(key)
 
     @staticmethod
     def make_entry(value: Any, version: str | None, nbytes: int) -> CacheEntry:

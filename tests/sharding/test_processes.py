@@ -1,4 +1,4 @@
-"""Readers and writers in separate processes sharing sharded arrays on local files.
+"""Readers and writers in separate processes sharing sharded arrays (local files, S3).
 
 Two writer processes update their own chunks of shards they share; this process reads
 every chunk over and over through one long-lived store with a warm cache. Every
@@ -12,12 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import random
+import struct
 import time
 from pathlib import Path
 
+from asyncshard import open_sharded
 from asyncshard.backends import LocalStore
 from asyncshard.cache import LoadingCache
 from asyncshard.sharding import ZarrShardedStore
+from tests.servers.fixtures import s3_store_on, unique_prefix
+from tests.servers.s3 import S3Server
 from tests.zarr.helpers import array_doc
 
 RECHECK = 0.2
@@ -88,3 +93,82 @@ async def test_readers_see_every_acknowledged_write_within_recheck_after(tmp_pat
     assert len(reads) > 10 * CHUNKS, "the reader raced the writers for a while"
     for chunk in range(CHUNKS):  # and at the end, everything
         assert await reader.get(f"arr/c/{chunk}") == f"{chunk}:{WRITES}".encode()
+
+
+# -- read-your-writes across processes on S3 ------------------------------------------
+
+RYW_ROUNDS = 3
+RYW_OPS = 120
+RYW_N = 32  # uint16 values per chunk; 4 chunks, one shard
+
+
+def ryw_value(seq: int, count: int = RYW_N) -> bytes:
+    return struct.pack(f"<{count}H", *([seq] * count))
+
+
+def ryw_main(url: str, options: dict[str, str], w: int, result: str) -> None:
+    """Write, patch and erase chunk ``w`` one operation at a time, reading it back after
+    each while a second task reads the whole shard; log every mismatch."""
+
+    async def run() -> list[str]:
+        store = await open_sharded(url, "arr", storage_options=options)
+        key, rng, model, bad = f"arr/c/{w}", random.Random(w), None, []
+        stop = asyncio.Event()
+
+        async def neighbour() -> None:  # whole-shard reads racing this process's writes
+            while not stop.is_set():
+                await store.get_partial_values([(f"arr/c/{c}", None) for c in range(4)])
+                store.forget_cached()
+                await asyncio.sleep(0)
+
+        background = asyncio.ensure_future(neighbour())
+        for seq in range(1, RYW_OPS + 1):
+            r = rng.random()
+            if r < 0.45:
+                model = ryw_value(seq)
+                await store.set(key, model)
+            elif r < 0.75:
+                start = 2 * rng.randrange(RYW_N)
+                patch = ryw_value(seq, rng.randrange(1, RYW_N - start // 2 + 1))
+                await store.set_partial_values([(key, start, patch)])
+                base = bytearray(model or b"").ljust(start, b"\0")
+                base[start : start + len(patch)] = patch
+                model = bytes(base)
+            else:
+                await store.erase_values([key])
+                model = None
+            got = await store.get(key)
+            if (None if got is None else bytes(got)) != model:
+                bad.append(f"op {seq}: read {got and bytes(got)[:4].hex()}")
+        stop.set()
+        await background
+        await store.close()
+        return bad
+
+    Path(result).write_text(json.dumps(asyncio.run(run())))
+
+
+async def test_each_process_reads_its_own_last_acknowledged_write_on_s3(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """4 processes, each with its own chunk of one shard on S3: after every write,
+    patch or erase, the process reads back exactly what it was told is stored."""
+    ctx = multiprocessing.get_context("spawn")
+    for round_ in range(RYW_ROUNDS):
+        prefix = unique_prefix()
+        async with s3_store_on(s3_server, prefix) as direct:
+            doc = array_doc([4 * RYW_N], [4 * RYW_N], [RYW_N], dtype="uint16")
+            await direct.set("arr/zarr.json", json.dumps(doc).encode())
+        url = f"s3://{s3_server.bucket}/{prefix}"
+        results = [tmp_path / f"r{round_}-{w}.json" for w in range(4)]
+        procs = [
+            ctx.Process(target=ryw_main, args=(url, s3_server.options(), w, str(results[w])))
+            for w in range(4)
+        ]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(300)
+            assert proc.exitcode == 0
+        bad = {w: json.loads(r.read_text()) for w, r in enumerate(results)}
+        assert not any(bad.values()), f"round {round_}: older reads {bad}"

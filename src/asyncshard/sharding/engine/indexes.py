@@ -7,6 +7,12 @@ index at most ``recheck_after`` seconds old, an older one is revalidated with on
 ``head`` of the shard per window (single-flight); a read that finds its shard changed
 raises :class:`Stale`, and :meth:`ShardIndexes.retry_stale` is the one retry loop.
 
+Read-your-writes: a write caches the index of the shard it stored when the store
+acknowledges it, and an answer to a request that started before that (a whole-shard
+read, an index load, another write of the shard) never replaces it: each such request
+holds a :class:`~asyncshard.cache.Ticket` (:meth:`ShardIndexes.ticket`) and its answer
+is only offered to the cache.
+
 It also keeps the shards the adapter wrote last (:meth:`ShardIndexes.keep`), for its
 next read-merge-write of them, in one process-wide budget (:data:`KEPT_SHARDS`): every
 way the adapter learns a shard changed (``forget``, ``forget_all``) drops them too.
@@ -20,7 +26,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
-from asyncshard.cache import CacheEntry, LoadingCache
+from asyncshard.cache import CacheEntry, LoadingCache, Ticket
 from asyncshard.errors import ConflictError
 from asyncshard.sharding.common import new_namespace
 from asyncshard.sharding.engine.strategy import C, Found, ShardFormat
@@ -152,17 +158,38 @@ class ShardIndexes(Generic[C]):
         if len(self._paused) < _MAX_PAUSED:
             self._paused[shard_key] = time.monotonic() + KEEP_PAUSE
 
-    def remember(self, shard_key: str, shard: BytesLike, version: str | None) -> None:
-        """Cache the index of a shard at hand; without a version (a later rewrite could not
-        be noticed) forget it instead."""
+    def ticket(self, shard_key: str) -> Ticket:
+        """A ticket for the shard's top-level index, taken before a request whose answer
+        :meth:`remember` may cache (see :meth:`LoadingCache.offer`); release it with
+        :meth:`release` however the request ends."""
+        return self.cache.ticket((self.namespace, *self.format.index_name(shard_key)))
+
+    def release(self, ticket: Ticket) -> None:
+        self.cache.release(ticket)
+
+    def remember(
+        self,
+        shard_key: str,
+        shard: BytesLike,
+        version: str | None,
+        ticket: Ticket,
+        *,
+        written: bool = False,
+    ) -> None:
+        """Cache the index of a shard at hand, unless ``ticket`` was overtaken (see
+        :meth:`LoadingCache.offer`; ``written``: the shard was just written); without a
+        version (a later rewrite could not be noticed) forget it instead."""
         if version is None:
+            self.release(ticket)
             self.forget(shard_key)
         else:
-            self.format.remember(self, shard_key, memoryview(shard), version)
+            self.format.remember(
+                _Offering(self, ticket, written), shard_key, memoryview(shard), version
+            )
 
-    def remember_missing(self, shard_key: str) -> None:
-        """Record that the shard does not exist."""
-        self.put(self.format.index_name(shard_key), None, None, 0)
+    def remember_missing(self, shard_key: str, ticket: Ticket) -> None:
+        """Record that the shard does not exist, unless ``ticket`` was overtaken."""
+        self.cache.offer(ticket, None, None, 0)
 
     # -- lookups ------------------------------------------------------------------------
 
@@ -205,7 +232,7 @@ class ShardIndexes(Generic[C]):
         )
         name = (self.namespace, *self.format.index_name(shard_key))
         entry = self.cache.peek(name)
-        if same and entry is not None:
+        if same and entry is not None and entry.version == found.version:
             self.cache.touch(name, entry)
         elif not same:
             self.forget(shard_key)
@@ -226,3 +253,35 @@ class ShardIndexes(Generic[C]):
             except Stale:
                 self.forget(shard_key)
         return await snapshot()
+
+
+class _Offering:
+    """The :class:`~asyncshard.sharding.engine.strategy.IndexIO` a format remembers a
+    shard through: its top-level index is offered under the request's ticket."""
+
+    __slots__ = ("indexes", "ticket", "written")
+
+    def __init__(self, indexes: ShardIndexes[Any], ticket: Ticket, written: bool) -> None:
+        self.indexes = indexes
+        self.ticket = ticket
+        self.written = written
+
+    @property
+    def store(self) -> Store:
+        return self.indexes.inner
+
+    async def cached(
+        self, name: tuple[Hashable, ...], load: Callable[[], Awaitable[CacheEntry]]
+    ) -> CacheEntry:
+        return await self.indexes.cached(name, load)
+
+    def put(
+        self, name: tuple[Hashable, ...], value: object, version: str | None, nbytes: int
+    ) -> None:
+        if (self.indexes.namespace, *name) == self.ticket.key:
+            self.indexes.cache.offer(self.ticket, value, version, nbytes, written=self.written)
+        else:  # a deeper level, named by the shard's version
+            self.indexes.put(name, value, version, nbytes)
+
+    def peek(self, name: tuple[Hashable, ...]) -> CacheEntry | None:
+        return self.indexes.peek(name)

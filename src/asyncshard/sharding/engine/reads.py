@@ -387,14 +387,18 @@ class ShardReads(Generic[C]):
 
     async def read_whole(self, shard_key: str, reads: Sequence[ChunkRead[C]]) -> list[Outcome]:
         """Read the whole shard in one unconditional request and cut the reads from it."""
-        result = await self.inner.get_object(shard_key)
-        if result is None:
-            self.indexes.remember_missing(shard_key)
-            return [None] * len(reads)
-        view = memoryview(result.data)
-        chunks = self.format.split(shard_key, view)
-        version = result.meta.version
-        self.indexes.remember(shard_key, view, version)
+        ticket = self.indexes.ticket(shard_key)
+        try:
+            result = await self.inner.get_object(shard_key)
+            if result is None:
+                self.indexes.remember_missing(shard_key, ticket)
+                return [None] * len(reads)
+            view = memoryview(result.data)
+            chunks = self.format.split(shard_key, view)
+            version = result.meta.version
+            self.indexes.remember(shard_key, view, version, ticket)
+        finally:
+            self.indexes.release(ticket)
         out: list[Outcome] = []
         for read in reads:
             stored = chunks.get(read.chunk)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
+from asyncshard.cache import Ticket
 from asyncshard.errors import ConflictError
 from asyncshard.sharding.batching import Batcher
 from asyncshard.sharding.common import UNCHANGED, Unchanged, read_merge_write
@@ -80,13 +81,17 @@ class ShardWrites(Generic[C]):
             self._write_shard, lambda write: write.shard_key, settle_on_cancel=True
         )
 
-    def _wrote(self, shard_key: str, shard: BytesLike | None, version: str | None) -> None:
-        """Remember a shard just written (``None``: deleted): its index, and the shard
-        itself for the next read-merge-write of it (:meth:`ShardIndexes.keep`)."""
+    def _wrote(
+        self, shard_key: str, shard: BytesLike | None, version: str | None, ticket: Ticket
+    ) -> None:
+        """Remember a shard just written (``None``: deleted): its index (``ticket``: taken
+        before the write was sent), and the shard itself for the next read-merge-write of
+        it (:meth:`ShardIndexes.keep`)."""
         if shard is None:
+            self.indexes.release(ticket)
             self.indexes.forget(shard_key)
             return
-        self.indexes.remember(shard_key, shard, version)
+        self.indexes.remember(shard_key, shard, version, ticket, written=True)
         self.indexes.keep(shard_key, shard, version)
 
     async def submit(
@@ -113,8 +118,12 @@ class ShardWrites(Generic[C]):
         fmt = self.format
         shard = fmt.build(shard_key, {c: fmt.encode(v) for c, v in raw.items()})
         self.indexes.forget(shard_key)
-        version = await self.inner.set(shard_key, shard)
-        self._wrote(shard_key, shard, version)
+        ticket = self.indexes.ticket(shard_key)
+        try:
+            version = await self.inner.set(shard_key, shard)
+            self._wrote(shard_key, shard, version, ticket)
+        finally:
+            self.indexes.release(ticket)
         return version
 
     async def _update(
@@ -124,6 +133,7 @@ class ShardWrites(Generic[C]):
         conditions failed (by index; those changed nothing)."""
         fmt = self.format
         failed: dict[int, BaseException] = {}
+        tickets: list[Ticket] = []  # one per rebuild, taken after it forgot the index
 
         def rebuild(current: GetResult | None) -> BytesLike | Unchanged | None:
             failed.clear()
@@ -147,17 +157,22 @@ class ShardWrites(Generic[C]):
             if len(failed) == len(changes):
                 return UNCHANGED
             self.indexes.forget(shard_key)
+            tickets.append(self.indexes.ticket(shard_key))
             return fmt.build(shard_key, chunks) if chunks else None
 
-        version = await read_merge_write(
-            self.inner,
-            shard_key,
-            rebuild,
-            lambda shard, version: self._wrote(shard_key, shard, version),
-            fmt.empty_shard,
-            known=self.indexes.take_kept(shard_key),
-            stale=lambda: self.indexes.kept_was_stale(shard_key),
-        )
+        try:
+            version = await read_merge_write(
+                self.inner,
+                shard_key,
+                rebuild,
+                lambda shard, version: self._wrote(shard_key, shard, version, tickets[-1]),
+                fmt.empty_shard,
+                known=self.indexes.take_kept(shard_key),
+                stale=lambda: self.indexes.kept_was_stale(shard_key),
+            )
+        finally:
+            for ticket in tickets:
+                self.indexes.release(ticket)
         return version, dict(failed)
 
     async def apply(self, shard_key: str, changes: Sequence[tuple[C, Change]]) -> None:
