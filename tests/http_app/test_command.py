@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from urllib.parse import unquote
@@ -123,3 +124,22 @@ def test_parse_size() -> None:
     assert parse_size("1G") == 2**30 and parse_size("4k") == 4096
     with pytest.raises(ValueError):
         parse_size("-1")
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]])
+def test_a_busy_port_names_port_0(tmp_path: Path, workers: list[str]) -> None:
+    """A port another program holds: one line naming ``--port 0``, no traceback."""
+    (tmp_path / "k").write_bytes(b"v")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        taken = subprocess.run(
+            [*SERVE, str(tmp_path), "--port", port, *workers],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert taken.returncode == 1, taken
+    assert "--port 0" in taken.stderr and "Traceback" not in taken.stderr, taken.stderr

@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import UnknownOptionError, UnknownSchemeError
 from asyncshard.store import Store
+from asyncshard.suggest import did_you_mean
 
 __all__ = [
     "StoreLocation",
@@ -74,10 +75,9 @@ def refuse_unknown(options: Mapping[str, Any], accepted: Collection[str], where:
     """``UnknownOptionError`` naming every option of ``options`` not in ``accepted``."""
     unknown = sorted(set(options) - set(accepted))
     if unknown:
+        named = ", ".join(f"{name!r}{did_you_mean(name, accepted)}" for name in unknown)
         raise UnknownOptionError(
-            f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-            f"for {where}",
-            unknown,
+            f"unknown option{'s' if len(unknown) > 1 else ''} {named} for {where}", unknown
         )
 
 

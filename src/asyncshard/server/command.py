@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import socket
@@ -209,7 +210,14 @@ def serve(
                 serve_workers(config, ready)
     except CannotServe as exc:
         raise click.ClickException(str(exc)) from None
-    except (AsyncShardError, OSError, ValueError, WorkerFailed) as exc:
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(
+                f"Address already in use: port {port} on {host} is taken; choose another "
+                "with --port, or --port 0 for a free one"
+            ) from None
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    except (AsyncShardError, ValueError, WorkerFailed) as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except KeyboardInterrupt:  # pragma: no cover - interactive
         pass

@@ -6,6 +6,7 @@ Everything here runs when a store is opened, before any request; a bad URL or op
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from obstore.store import AzureStore, GCSStore, HTTPStore, S3Store
 from asyncshard.backends.cloud.checks import check_client_options, seconds, shown, url_problem
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.errors import StoreConfigError, UnknownOptionError
+from asyncshard.suggest import did_you_mean
 
 #: Default coalescing caps for cloud stores; docs/cloud.md records the measurement.
 CLOUD_MAX_GAP = 256 * 1024
@@ -197,7 +199,10 @@ def build_obstore(
         # unknown option, a value of the wrong type, unreadable credentials, bad host...
         detail = " ".join(str(exc).split("\n\nDebug source:")[0].split())
         refused = _refused_alone(target, cfg, client, retry)
-        named = "".join(f"option {shown(name, value)}: " for name, value in refused)
+        named = "".join(
+            f"option {shown(name, value)}{did_you_mean(name, known_names(target.kind))}: "
+            for name, value in refused
+        )
         message = f"{target.url}: cannot configure the store: {named}{detail}"
         if isinstance(exc, obs_errors.UnknownConfigurationKeyError):
             raise UnknownOptionError(message) from exc
@@ -207,6 +212,46 @@ def build_obstore(
 
 
 _REFUSALS = (obs_errors.BaseError, ValueError, TypeError)
+
+#: obstore's most used option names per backend, offered (with asyncshard's own) when a
+#: misspelt one is refused; obstore itself checks every name it takes.
+_BACKEND_NAMES = {
+    "s3": (
+        "endpoint",
+        "region",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "skip_signature",
+        "virtual_hosted_style_request",
+        "conditional_put",
+        "disable_bulk_delete",
+        "checksum_algorithm",
+        "request_payer",
+        "unsigned_payload",
+    ),
+    "gs": ("service_account", "service_account_key", "bearer_token", "base_url", "skip_signature"),
+    "az": (
+        "account_name",
+        "account_key",
+        "sas_key",
+        "bearer_token",
+        "use_emulator",
+        "endpoint",
+        "client_id",
+        "client_secret",
+        "tenant_id",
+        "skip_signature",
+        "use_fabric_endpoint",
+    ),
+}
+
+
+def known_names(kind: str) -> tuple[str, ...]:
+    """Option names a ``kind`` store takes, for suggestions (not a complete list)."""
+    from asyncshard.backends.cloud.store import CloudStore  # it imports this module
+
+    return (*inspect.signature(CloudStore).parameters, *_BACKEND_NAMES.get(kind, ()))
 
 
 def _build(
