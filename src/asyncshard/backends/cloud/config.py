@@ -6,11 +6,10 @@ Everything here runs when a store is opened, before any request; a bad URL or op
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -185,8 +184,10 @@ def build_obstore(
     client: Mapping[str, Any],
     retry: Mapping[str, Any],
     credential_provider: Any,
+    own: Collection[str] = (),
 ) -> Any:
-    """The obstore store for ``target``; a refused option is a ``StoreConfigError``."""
+    """The obstore store for ``target``; a refused option is a ``StoreConfigError`` (naming
+    the nearest of obstore's and ``own`` option names when it is misspelt)."""
     if target.kind == "http" and cfg:
         raise UnknownOptionError(
             f"unknown options for {target.url!r}: {sorted(cfg)} (http(s) stores take only "
@@ -200,7 +201,7 @@ def build_obstore(
         detail = " ".join(str(exc).split("\n\nDebug source:")[0].split())
         refused = _refused_alone(target, cfg, client, retry)
         named = "".join(
-            f"option {shown(name, value)}{did_you_mean(name, known_names(target.kind))}: "
+            f"option {shown(name, value)}{did_you_mean(name, known_names(target.kind, own))}: "
             for name, value in refused
         )
         message = f"{target.url}: cannot configure the store: {named}{detail}"
@@ -247,11 +248,10 @@ _BACKEND_NAMES = {
 }
 
 
-def known_names(kind: str) -> tuple[str, ...]:
-    """Option names a ``kind`` store takes, for suggestions (not a complete list)."""
-    from asyncshard.backends.cloud.store import CloudStore  # it imports this module
-
-    return (*inspect.signature(CloudStore).parameters, *_BACKEND_NAMES.get(kind, ()))
+def known_names(kind: str, own: Collection[str] = ()) -> tuple[str, ...]:
+    """Option names a ``kind`` store takes (``own``: the store's keywords), for
+    suggestions (not a complete list)."""
+    return (*own, *_BACKEND_NAMES.get(kind, ()))
 
 
 def _build(

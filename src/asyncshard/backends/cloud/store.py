@@ -215,7 +215,14 @@ class CloudStore(Store):
                 "secret_access_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), a "
                 "credential_provider, or skip_signature=True (--anon) for a public bucket"
             )
-        self._os: Any = _config.build_obstore(target, cfg, client, retry, credential_provider)
+        self._os: Any = _config.build_obstore(
+            target,
+            cfg,
+            client,
+            retry,
+            credential_provider,
+            own=given.keys() - backend_config.keys(),
+        )
         self._inflight = InFlight()
         #: Whether unconditioned reads go through obstore's ``get_range_async`` (one
         #: completion); cleared when the server answers a range with the whole object.
