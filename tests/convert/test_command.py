@@ -29,8 +29,13 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
     assert "arr: flat (c/0/1) -> sharded 2x2 (c/0/1)" in result.stdout  # keys kept
     assert "in 2 passes" in result.stdout
     assert "1 converted, 0 skipped" in result.stdout
-    assert "shard" in result.stderr and "B/s" in result.stderr  # the progress bar
+    assert "B/s" not in result.stderr  # no progress bar where stderr is no terminal
+    assert "pass 1/2" in result.stderr  # but each pass is named
     assert_readable(arr, data)
+
+    result = invoke(reshard, url, "1", "--progress", "-j", "2")  # bars asked for
+    assert result.exit_code == 0, result.output
+    assert "shard" in result.stderr and "B/s" in result.stderr  # the progress bar
 
     result = invoke(shard, url, "2", "--quiet")
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")

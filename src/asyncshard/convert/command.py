@@ -45,10 +45,12 @@ __all__ = ["reshard", "shard", "unshard"]
 
 
 class Progress:
-    """A tqdm bar per pass: shards (tasks) done, bytes written and the write rate."""
+    """A line per pass naming it and, where ``bars`` says so, a tqdm bar per pass: shards
+    (tasks) done, bytes written and the write rate."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, bars: bool = True) -> None:
         self.quiet = quiet
+        self.bars = bars
         self.bar: tqdm[Any] | None = None
         self.bytes = 0
         self.started = 0.0
@@ -66,6 +68,7 @@ class Progress:
                 unit="shard",
                 file=sys.stderr,
                 dynamic_ncols=True,
+                disable=not self.bars,
             )
             self.bytes, self.started = 0, time.perf_counter()
         elif isinstance(event, TaskDone) and self.bar is not None:
@@ -153,7 +156,8 @@ def _run(
     scheduler, workers = options.pop("dask_scheduler"), options.pop("dask_workers")
     if scheduler is not None and workers is not None:
         raise click.UsageError("give --dask-scheduler or --dask-workers, not both")
-    progress = Progress(quiet)
+    bars = options.pop("progress")
+    progress = Progress(quiet, sys.stderr.isatty() if bars is None else bars)
     try:
         storage = storage_options(url, *flags)
         if dest is not None:
@@ -284,6 +288,11 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Rebuild nonempty_chunks from the data on skipped arrays.",
         ),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary."),
+        click.option(
+            "--progress/--no-progress",
+            default=None,
+            help="Progress bars on standard error (default: only when it is a terminal).",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
     ]
     for decorator in reversed(decorators):
