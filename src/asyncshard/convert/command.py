@@ -62,6 +62,7 @@ class Progress:
             self.close()
             step = f" pass {event.index}/{event.passes}" if event.passes > 1 else ""
             tqdm.write(f"{event.array or '/'}{step}: {event.description}", file=sys.stderr)
+            sys.stderr.flush()  # seen now, also where standard error is a pipe
             self.bar = tqdm(
                 total=event.tasks,
                 desc=f"{event.array or '/'}{step}",
