@@ -298,14 +298,10 @@ class WritableView(RoutedView):
         jobs: list[tuple[Sequence[str], Awaitable[object]]] = [
             (keys, scope.store.set_partial_values(runs)) for scope, runs, keys in by_scope.values()
         ]
+        plain_keys = [k for k, _, _ in plain]
         if plain:
-            jobs.append(([k for k, _, _ in plain], self.inner.set_partial_values(plain)))
-        folders = {f for f in (folder_of_metadata(k) for k, _, _ in plain) if f is not None}
-        try:
-            await run_writes(jobs)
-        finally:
-            for folder in folders:
-                self.folders.invalidate(folder)
+            jobs.append((plain_keys, self.inner.set_partial_values(plain)))
+        await self._run_writes(jobs, plain_keys)
 
     async def erase_values(self, keys: Iterable[str]) -> None:
         """Erase chunks (through their sharded stores: one update per shard) and plain
@@ -336,6 +332,14 @@ class WritableView(RoutedView):
         ]
         if plain:
             jobs.append((plain, self.inner.erase_values(plain)))
+        await self._run_writes(jobs, plain)
+
+    async def _run_writes(
+        self, jobs: list[tuple[Sequence[str], Awaitable[object]]], plain: Sequence[str]
+    ) -> None:
+        """:func:`~asyncshard.fanout.run_writes` of ``jobs`` (per sharded store, and the
+        passed-through keys ``plain``), then forget the folders of the metadata documents
+        among ``plain``, whatever happened."""
         folders = {f for f in map(folder_of_metadata, plain) if f is not None}
         try:
             await run_writes(jobs)
