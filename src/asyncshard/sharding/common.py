@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
+from asyncshard.backends.registry import StoreLocation, open_store
 from asyncshard.formats.jsondoc import parse_json_object
 from asyncshard.store import BytesLike, GetResult, ObjectMeta, Store, retry_on_conflict
 
 __all__ = [
     "UNCHANGED",
+    "Opened",
     "Unchanged",
+    "folder_key",
     "new_namespace",
+    "open_document",
     "read_json",
     "read_json_versioned",
     "read_merge_write",
@@ -144,3 +148,35 @@ async def read_json(store: Store, key: str) -> dict[str, Any] | None:
     the bytes alone, one completion on cloud stores)."""
     data = await store.get(key)
     return None if data is None else parse_json_object(data, key)
+
+
+def folder_key(path: str, name: str) -> str:
+    """The key of ``name`` in the folder ``path`` (no slash at either end; ``""``: the
+    root). ``name`` ``""`` gives the folder's prefix (``""`` or ending in ``/``)."""
+    return f"{path}/{name}" if path else name
+
+
+class Opened(NamedTuple):
+    """A dataset's folder opened, and its metadata document read (:func:`open_document`)."""
+
+    store: Store
+    path: str
+    key: str
+    doc: dict[str, Any] | None
+
+
+async def open_document(
+    location: StoreLocation,
+    storage_options: Mapping[str, Any] | None,
+    storage: Mapping[str, Any],
+    path: str,
+    name: str,
+) -> Opened:
+    """Open ``location`` (:func:`~asyncshard.open_store` with ``storage_options`` and the
+    storage keywords ``storage``) and read the JSON document ``name`` of its folder
+    ``path``: the store, ``path`` without slashes at its ends, the document's key and
+    the document (``None`` if missing)."""
+    store = open_store(location, storage_options, **storage)
+    path = path.strip("/")
+    key = folder_key(path, name)
+    return Opened(store, path, key, await read_json(store, key))

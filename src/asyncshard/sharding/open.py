@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from asyncshard.backends.registry import StoreLocation, open_store, split_options
+from asyncshard.backends.registry import StoreLocation, split_options
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.precomputed.volume import VolumeInfo
-from asyncshard.sharding.common import read_json
+from asyncshard.sharding.common import folder_key, open_document, read_json
 from asyncshard.sharding.engine import ShardedAdapter
 from asyncshard.sharding.precomputed import Uint64ShardedStore
 from asyncshard.sharding.volume import scale_store
-from asyncshard.sharding.zarr import ZarrShardedStore
+from asyncshard.sharding.zarr import ZarrShardedStore, draft_key
 from asyncshard.store import Store
 
 __all__ = ["ADAPTER_OPTIONS", "open_sharded"]
@@ -42,10 +42,10 @@ async def open_sharded(
     :func:`~asyncshard.open_store` (the location may also be a Store or an obstore store).
     """
     adapter, storage = split_options(options, ADAPTER_OPTIONS)
-    inner = open_store(url_or_store, storage_options, **storage)
-    path = path.strip("/")
-    base = f"{path}/" if path else ""
-    doc = await read_json(inner, base + "zarr.json")
+    inner, path, _, doc = await open_document(
+        url_or_store, storage_options, storage, path, "zarr.json"
+    )
+    base = folder_key(path, "")
     if doc is not None and doc.get("node_type") == "group":
         arrays = await _arrays_below(inner, base)
         raise InvalidMetadataError(
@@ -69,7 +69,7 @@ async def open_sharded(
             + (", ".join(f"{base}{k}" for k in sharded) or "(none is sharded)")
         )
     volume_path, _, scale_key = path.rpartition("/")
-    vinfo_key = f"{volume_path}/info" if volume_path else "info"
+    vinfo_key = folder_key(volume_path, "info")
     doc = await read_json(inner, vinfo_key) if scale_key else None
     if doc is not None and "scales" in doc:
         volume = VolumeInfo.from_json(doc)
@@ -101,5 +101,4 @@ async def _arrays_below(inner: Store, base: str, limit: int = 20) -> list[str]:
 
 
 async def _has_draft(inner: Store, path: str) -> bool:
-    draft_key = f"meta/root/{path}.array.json" if path else "meta/root.array.json"
-    return await inner.exists(draft_key)
+    return await inner.exists(draft_key(path))

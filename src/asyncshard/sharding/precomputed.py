@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
+from asyncshard.backends.registry import StoreLocation, keyword_names, split_options
 from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import ConflictError, CorruptShardError, InvalidMetadataError
 from asyncshard.fanout import run_writes
@@ -54,7 +54,7 @@ from asyncshard.formats.precomputed.spec import ShardingSpec, U64Array, as_uint6
 from asyncshard.formats.precomputed.volume import Scale
 from asyncshard.ranges import Range
 from asyncshard.sharding.batching import group_by
-from asyncshard.sharding.common import read_json
+from asyncshard.sharding.common import open_document
 from asyncshard.sharding.engine import (
     DEFAULT_RECHECK_AFTER,
     MISS,
@@ -453,10 +453,9 @@ class Uint64ShardedStore(ShardedAdapter[int]):
         does not take are storage options for it.
         """
         options, storage = split_options(options, keyword_names(cls))
-        inner = open_store(inner, storage_options, **storage)
-        path = path.strip("/")
-        info_key = f"{path}/info" if path else "info"
-        doc = await read_json(inner, info_key)
+        store, path, info_key, doc = await open_document(
+            inner, storage_options, storage, path, "info"
+        )
         if doc is None:
             raise InvalidMetadataError(f"{info_key}: no info file")
         if doc.get("sharding") is None:
@@ -465,7 +464,7 @@ class Uint64ShardedStore(ShardedAdapter[int]):
             spec = ShardingSpec.from_json(doc["sharding"])
         except InvalidMetadataError as exc:
             raise InvalidMetadataError(f"{info_key}: {exc}") from None
-        return cls(inner, spec, prefix=path, **options)
+        return cls(store, spec, prefix=path, **options)
 
     def shard_key(self, chunk_id: int) -> str:
         """The key, in the wrapped store, of the shard that holds ``chunk_id``."""

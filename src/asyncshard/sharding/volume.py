@@ -15,20 +15,16 @@ import builtins
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from asyncshard.backends.registry import StoreLocation, open_store
+from asyncshard.backends.registry import StoreLocation
 from asyncshard.cache import LoadingCache
 from asyncshard.errors import InvalidKeyError, InvalidMetadataError
 from asyncshard.formats.precomputed.spec import as_uint64_array
 from asyncshard.formats.precomputed.volume import Scale, VolumeInfo
-from asyncshard.sharding.common import read_json
+from asyncshard.sharding.common import folder_key, open_document
 from asyncshard.sharding.precomputed import Uint64ShardedStore
 from asyncshard.store import BytesLike, Store, validate_key
 
 __all__ = ["PrecomputedVolume", "ShardedScale", "scale_store"]
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}/{key}" if path else key
 
 
 def scale_store(
@@ -45,7 +41,7 @@ def scale_store(
     if scale.sharding is None:
         raise InvalidMetadataError(f"scale {scale.key!r} is not sharded")
     try:
-        prefix = validate_key(_join(path.strip("/"), scale.key))
+        prefix = validate_key(folder_key(path.strip("/"), scale.key))
     except InvalidKeyError as exc:
         raise InvalidMetadataError(f"scale key {scale.key!r} is not a usable path: {exc}") from None
     return Uint64ShardedStore(
@@ -184,14 +180,13 @@ class PrecomputedVolume:
     ) -> PrecomputedVolume:
         """Read and validate ``<path>/info``; ``inner`` is any location of
         :func:`~asyncshard.open_store`, the keywords are its storage options."""
-        inner = open_store(inner, storage_options, **options)
-        path = path.strip("/")
-        info_key = _join(path, "info")
-        doc = await read_json(inner, info_key)
+        store, path, info_key, doc = await open_document(
+            inner, storage_options, options, path, "info"
+        )
         if doc is None:
             raise InvalidMetadataError(f"{info_key}: no info file")
         try:
-            return cls(inner, doc, path=path, cache=cache)
+            return cls(store, doc, path=path, cache=cache)
         except InvalidMetadataError as exc:
             raise InvalidMetadataError(f"{info_key}: {exc}") from None
 

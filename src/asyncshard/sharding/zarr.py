@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from asyncshard.backends.registry import StoreLocation, keyword_names, open_store, split_options
+from asyncshard.backends.registry import StoreLocation, keyword_names, split_options
 from asyncshard.cache import CacheEntry, LoadingCache
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.health import ShardHealth
@@ -37,7 +37,7 @@ from asyncshard.formats.zarr3.shard import (
     inspect_shard,
 )
 from asyncshard.ranges import ByteRange, Range, Suffix
-from asyncshard.sharding.common import read_json
+from asyncshard.sharding.common import folder_key, open_document, read_json
 from asyncshard.sharding.engine import (
     DEFAULT_RECHECK_AFTER,
     Found,
@@ -48,7 +48,7 @@ from asyncshard.sharding.engine import (
 )
 from asyncshard.store import BytesLike, Store
 
-__all__ = ["Position", "ZarrFormat", "ZarrShardedStore", "open_zarr_sharded"]
+__all__ = ["Position", "ZarrFormat", "ZarrShardedStore", "draft_key", "open_zarr_sharded"]
 
 #: A chunk's position in its shard (one coordinate per dimension).
 Position = tuple[int, ...]
@@ -252,20 +252,25 @@ class ZarrShardedStore(ShardedAdapter[Position]):
         does not take are storage options for it.
         """
         options, storage = split_options(options, keyword_names(cls))
-        inner = open_store(inner, storage_options, **storage)
-        path = array_path.strip("/")
-        meta_key = f"{path}/zarr.json" if path else "zarr.json"
-        doc = await read_json(inner, meta_key)
+        store, path, meta_key, doc = await open_document(
+            inner, storage_options, storage, array_path, "zarr.json"
+        )
         if doc is not None:
             if not is_sharded(doc):
                 raise InvalidMetadataError(f"{meta_key}: codecs: the array is not sharded")
-            layout = parse_zarr3_array(doc, key_prefix=f"{path}/" if path else "")
-            return cls(inner, layout, **options)
-        draft_key = f"meta/root/{path}.array.json" if path else "meta/root.array.json"
-        doc = await read_json(inner, draft_key)
+            layout = parse_zarr3_array(doc, key_prefix=folder_key(path, ""))
+            return cls(store, layout, **options)
+        draft = draft_key(path)
+        doc = await read_json(store, draft)
         if doc is not None:
-            return cls(inner, parse_draft_transformer(doc, path), **options)
-        raise InvalidMetadataError(f"no array metadata at {meta_key} or {draft_key}")
+            return cls(store, parse_draft_transformer(doc, path), **options)
+        raise InvalidMetadataError(f"no array metadata at {meta_key} or {draft}")
+
+
+def draft_key(path: str) -> str:
+    """The key of the draft sharding storage transformer's metadata of the array at
+    ``path`` (no slash at either end)."""
+    return f"meta/root/{path}.array.json" if path else "meta/root.array.json"
 
 
 async def open_zarr_sharded(inner: Store, array_path: str, **options: Any) -> ZarrShardedStore:
