@@ -294,7 +294,13 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="Progress bars on standard error (default: only when it is a terminal).",
         ),
-        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+        click.option(
+            "--json",
+            "as_json",
+            is_flag=True,
+            help="Print the summary as one JSON document on standard output, and nothing "
+            "else there (keys: docs/conversion.md).",
+        ),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)

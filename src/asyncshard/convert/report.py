@@ -214,7 +214,8 @@ class ConversionSummary:
         copy = self.destination is not None
         lines = [a.line(copy) for a in self.arrays]
         changed, skipped = len(self.arrays_changed), len(self.skipped)
-        done = f"{_count(changed, 'array')} {'copied' if copy else 'converted'}"
+        noun = "scale" if all(a.format == "precomputed" for a in self.arrays) else "array"
+        done = f"{_count(changed, noun)} {'copied' if copy else 'converted'}"
         if copy:
             where = f"from {self.location} to {self.destination} (the source is unchanged)"
         else:
