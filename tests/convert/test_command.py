@@ -58,7 +58,10 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
 
     result = invoke(unshard, url, "--array", "arr", "--separator", "/")
     first = result.stdout.splitlines()[0]
-    assert result.exit_code == 0 and "sharded → flat, chunk keys c.0.1 → c/0/1" in first
+    assert (
+        result.exit_code == 0
+        and "sharded (4x1 chunks per shard) → flat, chunk keys c.0.1 → c/0/1" in first
+    )
     assert "44 chunks moved, one object each" in first and "passes" not in first
     assert snapshot(arr) == original
     result = invoke(reshard, url, "none", "-q", "--json")

@@ -108,7 +108,7 @@ class ArrayReport:
         """One line in plain words; ``copy``: the result went to another location."""
         name = self.path or "/"
         if self.action == "skipped":
-            return f"{name}: left as it is ({self.reason})"
+            return f"{name}: {'skipped' if copy else 'left as it is'} ({self.reason})"
         if self.action == "manifest":
             return f"{name}: {self.reason}"
         what = ", ".join(
@@ -119,7 +119,8 @@ class ArrayReport:
             counts.append(f"{_count(self.objects_deleted, 'superseded object')} removed")
         passes = f" in {self.passes} passes" if self.passes > 1 else ""
         counts.append(f"{_megabytes(self.bytes_written)} written{passes}")
-        tail = "".join(f"; {n}" for n in (*self.notes, *(["resumed"] if self.resumed else [])))
+        resumed = ["an interrupted run finished"] if self.resumed else []
+        tail = "".join(f"; {n}" for n in (*self.notes, *resumed))
         return f"{name}: {what + ', ' if what else ''}{_change(self.source, self.target)}: " + (
             ", ".join(counts) + tail
         )
@@ -142,12 +143,14 @@ def _change(source: str, target: str) -> str:
     before, after = _LAYOUT.match(source), _LAYOUT.match(target)
     if before is None or after is None:
         return f"{source} → {target}"
-    kind, shape, keys = after.groups()
-    text = f"{before.group(1)} → {kind}"
-    if shape:
-        text += f" ({shape} chunks per shard)"
-    if keys and before.group(3) and keys != before.group(3):
-        text += f", chunk keys {before.group(3)} → {keys}"
+
+    def layout(kind: str, shape: str | None) -> str:
+        return f"{kind} ({shape} chunks per shard)" if shape else kind
+
+    text = f"{layout(*before.groups()[:2])} → {layout(*after.groups()[:2])}"
+    old_keys, keys = before.group(3), after.group(3)
+    if keys and old_keys and keys != old_keys:
+        text += f", chunk keys {old_keys} → {keys}"
     return text
 
 
@@ -224,7 +227,8 @@ class ConversionSummary:
         moved = _count(self.chunks_moved, "chunk") + (
             f" in {_count(shards, 'shard')}" if shards else ""
         )
-        left = f", {skipped} left as {'it was' if skipped == 1 else 'they were'}" if skipped else ""
+        left = f", {skipped} left as {'it was' if skipped == 1 else 'they were'}"
+        left = (f", {skipped} skipped" if copy else left) if skipped else ""
         lines.append(
             f"Total: {done} {where}{left}; {moved}, "
             f"{_megabytes(self.bytes_moved)} written in {self.seconds:.1f} s"
