@@ -255,6 +255,9 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
         f"Total: 6 arrays copied from file://{source} to file://{tmp_path / 'b.zarr'} "
         "(the source is unchanged); "
     ), total
+    in_place = runner.invoke(cli, ["reshard", str(dest), "1", "--json", "-q"])
+    summary = json.loads(in_place.stdout)  # the copy, now OME-Zarr 0.5 in Zarr v3
+    assert {(a["format"], a["ome"]) for a in summary["arrays"]} == {("Zarr v3", "0.5")}
     refused = runner.invoke(
         cli, ["shard", str(source), "2", "--to", str(dest), "--to-option", "x=1"]
     )

@@ -33,6 +33,7 @@ from asyncshard.convert.report import (
     PassStarted,
     ProgressEvent,
     TaskDone,
+    describe_change,
 )
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError
@@ -61,7 +62,9 @@ class Progress:
         if isinstance(event, PassStarted):
             self.close()
             step = f" pass {event.index}/{event.passes}" if event.passes > 1 else ""
-            tqdm.write(f"{event.array or '/'}{step}: {event.description}", file=sys.stderr)
+            source, arrow, target = event.description.partition(" -> ")
+            what = describe_change(source, target) if arrow else event.description
+            tqdm.write(f"{event.array or '/'}{step}: {what}", file=sys.stderr)
             sys.stderr.flush()  # seen now, also where standard error is a pipe
             self.bar = tqdm(
                 total=event.tasks,

@@ -18,6 +18,7 @@ __all__ = [
     "ProgressEvent",
     "TaskDone",
     "TaskResult",
+    "describe_change",
 ]
 
 
@@ -121,8 +122,9 @@ class ArrayReport:
         counts.append(f"{_megabytes(self.bytes_written)} written{passes}")
         resumed = ["an interrupted run finished"] if self.resumed else []
         tail = "".join(f"; {n}" for n in (*self.notes, *resumed))
-        return f"{name}: {what + ', ' if what else ''}{_change(self.source, self.target)}: " + (
-            ", ".join(counts) + tail
+        return (
+            f"{name}: {what + ', ' if what else ''}{describe_change(self.source, self.target)}: "
+            + (", ".join(counts) + tail)
         )
 
     def _moved(self, copy: bool) -> str:
@@ -138,8 +140,14 @@ class ArrayReport:
 _LAYOUT = re.compile(r"^(flat|sharded|unsharded)(?: ([\dx]+|\(\)))?(?: \((.+)\))?$")
 
 
-def _change(source: str, target: str) -> str:
-    """``flat → sharded (2x2 chunks per shard)``, and the chunk keys when they change."""
+def describe_change(source: str, target: str) -> str:
+    """A layout change in words: ``flat → sharded (2x2 chunks per shard)``, and the chunk
+    keys when they change (``, chunk keys c/0/1 → c.0.1``).
+
+    Args:
+        source: The layout before, as :class:`ArrayReport` writes it (``flat (c/0/1)``).
+        target: The layout after (``sharded 2x2 (c/0/1)``).
+    """
     before, after = _LAYOUT.match(source), _LAYOUT.match(target)
     if before is None or after is None:
         return f"{source} → {target}"
