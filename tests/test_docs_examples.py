@@ -13,7 +13,8 @@ once. Every fenced block is one of:
   stopped, the test suite itself): not run.
 
 Any other block fails :func:`test_every_block_runs_or_is_marked`, so a new example
-cannot escape silently.
+cannot escape silently. Docstrings (which the API reference renders) are held to the
+same rule: their fenced blocks run as a page's do; ``>>>`` examples are refused.
 
 Examples reach storage the way the docs show it: ``s3://bucket/...`` and
 ``gs://bucket/...`` run against the suite's SeaweedFS and GCS fake (a fresh prefix per
@@ -166,8 +167,28 @@ def _blocks(lines: list[tuple[str, int, str]]) -> list[Block]:
     return blocks
 
 
+def _docstring_pages() -> list[Page]:
+    """The modules whose docstrings hold examples (the API reference renders them):
+    fenced blocks as on a page, and doctest lines (``>>>``), which are not run here and
+    so are never accounted for."""
+    pages = []
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        text = path.read_text()
+        if "```" not in text and ">>> " not in text:
+            continue
+        name = path.relative_to(ROOT).as_posix()
+        numbered = [(name, i + 1, line) for i, line in enumerate(text.splitlines())]
+        page = Page(name, _blocks(numbered))
+        page.blocks += [
+            Block(name, n, "doctest", line) for _, n, line in numbered if ">>> " in line
+        ]
+        pages.append(page)
+    return pages
+
+
 def site_pages() -> list[Page]:
-    """Every nav page with its blocks; a block included by two pages counts once."""
+    """Every nav page with its blocks (a block included by two pages counts once), and
+    the docstrings' examples."""
     seen: set[str] = set()
     pages = []
     for path in nav_pages():
@@ -177,7 +198,7 @@ def site_pages() -> list[Page]:
                 seen.add(block.where)
                 page.blocks.append(block)
         pages.append(page)
-    return pages
+    return pages + _docstring_pages()
 
 
 PAGES = site_pages()
