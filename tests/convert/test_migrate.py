@@ -236,7 +236,7 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
     source, _ = image_04
     dest = tmp_path / "out.zarr"
     runner = CliRunner()
-    done = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--json", "-q"])
+    done = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--json"])
     assert done.exit_code == 0, done.output
     summary = json.loads(done.stdout)  # one JSON document, nothing else on stdout
     assert len(summary["arrays_changed"]) == 6 and not summary["in_place"]
