@@ -26,9 +26,14 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
 
     result = invoke(shard, url, "2")
     assert result.exit_code == 0, result.output
-    assert "arr: flat (c/0/1) -> sharded 2x2 (c/0/1)" in result.stdout  # keys kept
-    assert "in 2 passes" in result.stdout
-    assert "1 converted, 0 skipped" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "arr: Zarr v3, flat → sharded (2x2 chunks per shard): 44 chunks moved into 11 "
+        "shards, 55 superseded objects removed, "
+    ), lines  # keys kept: no key change named
+    assert lines[0].endswith("written in 2 passes")
+    assert lines[1].startswith(f"Total: 1 array converted in place at file://{url}; ")
+    assert "44 chunks in 11 shards" in lines[1] and len(lines) == 2
     assert "B/s" not in result.stderr  # no progress bar where stderr is no terminal
     assert "pass 1/2" in result.stderr  # but each pass is named
     assert_readable(arr, data)
@@ -45,12 +50,19 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)  # another separator: keys disjoint, one pass
     assert summary["arrays_changed"] == ["arr"] and summary["arrays"][0]["passes"] == 1
     assert summary["arrays"][0]["target"] == "sharded 4x1 (c.0.1)"
+    assert summary["arrays"][0]["format"] == "Zarr v3" and summary["arrays"][0]["shards"] == 11
+    assert summary["in_place"] and summary["destination"] is None
+    assert summary["location"] == f"file://{tmp_path / 'vol'}"
     assert result.stderr == ""
     assert_readable(arr, data)
 
     result = invoke(unshard, url, "--array", "arr", "--separator", "/")
-    assert result.exit_code == 0 and "-> flat (c/0/1)" in result.stdout
-    assert "in 1 pass" in result.stdout
+    first = result.stdout.splitlines()[0]
+    assert (
+        result.exit_code == 0
+        and "sharded (4x1 chunks per shard) → flat, chunk keys c.0.1 → c/0/1" in first
+    )
+    assert "44 chunks moved, one object each" in first and "passes" not in first
     assert snapshot(arr) == original
     result = invoke(reshard, url, "none", "-q", "--json")
     assert json.loads(result.stdout)["skipped"] == [

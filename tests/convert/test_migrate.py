@@ -236,9 +236,28 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
     source, _ = image_04
     dest = tmp_path / "out.zarr"
     runner = CliRunner()
-    done = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--json", "-q"])
+    done = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--json"])
     assert done.exit_code == 0, done.output
-    assert len(json.loads(done.stdout)["arrays_changed"]) == 6
+    summary = json.loads(done.stdout)  # one JSON document, nothing else on stdout
+    assert len(summary["arrays_changed"]) == 6 and not summary["in_place"]
+    assert (summary["location"], summary["destination"]) == (f"file://{source}", f"file://{dest}")
+    assert {(a["format"], a["ome"]) for a in summary["arrays"]} == {("Zarr v2 → v3", "0.4 → 0.5")}
+    assert all(a["shards"] > 0 for a in summary["arrays"])
+    text = runner.invoke(cli, ["shard", str(source), "2", "--to", str(tmp_path / "b.zarr")])
+    *arrays, total = text.stdout.splitlines()
+    assert len(arrays) == 6 and "removed" not in text.stdout
+    assert all(
+        line.split(": ", 1)[1].startswith("Zarr v2 → v3, OME-Zarr 0.4 → 0.5, flat → sharded (")
+        and " chunks copied into " in line
+        for line in arrays
+    ), arrays
+    assert total.startswith(
+        f"Total: 6 arrays copied from file://{source} to file://{tmp_path / 'b.zarr'} "
+        "(the source is unchanged); "
+    ), total
+    in_place = runner.invoke(cli, ["reshard", str(dest), "1", "--json", "-q"])
+    summary = json.loads(in_place.stdout)  # the copy, now OME-Zarr 0.5 in Zarr v3
+    assert {(a["format"], a["ome"]) for a in summary["arrays"]} == {("Zarr v3", "0.5")}
     refused = runner.invoke(
         cli, ["shard", str(source), "2", "--to", str(dest), "--to-option", "x=1"]
     )

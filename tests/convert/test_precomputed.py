@@ -103,6 +103,10 @@ def test_round_trip(tmp_path: Path, sharding: dict[str, Any] | None) -> None:
     assert summary.chunks_moved == len(original)
     files = snapshot(root, skip=("info",))
     assert all(name.endswith(".shard") for name in files)
+    assert sum(a.shards for a in summary.arrays) == len(files)  # the shards written
+    lines = str(summary).splitlines()
+    assert lines[0].startswith("1_1_1: precomputed, unsharded → sharded: ")
+    assert lines[-1].startswith(f"Total: 2 scales converted in place at file://{root}; ")
     assert all("sharding" in s for s in info(root)["scales"])
     assert_volume(root, expected)
     assert shard_precomputed(str(root), sharding).arrays_changed == []  # idempotent

@@ -33,6 +33,7 @@ from asyncshard.convert.report import (
     PassStarted,
     ProgressEvent,
     TaskDone,
+    describe_change,
 )
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError
@@ -61,7 +62,9 @@ class Progress:
         if isinstance(event, PassStarted):
             self.close()
             step = f" pass {event.index}/{event.passes}" if event.passes > 1 else ""
-            tqdm.write(f"{event.array or '/'}{step}: {event.description}", file=sys.stderr)
+            source, arrow, target = event.description.partition(" -> ")
+            what = describe_change(source, target) if arrow else event.description
+            tqdm.write(f"{event.array or '/'}{step}: {what}", file=sys.stderr)
             sys.stderr.flush()  # seen now, also where standard error is a pipe
             self.bar = tqdm(
                 total=event.tasks,
@@ -294,7 +297,13 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="Progress bars on standard error (default: only when it is a terminal).",
         ),
-        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+        click.option(
+            "--json",
+            "as_json",
+            is_flag=True,
+            help="Print the summary as one JSON document on standard output, and nothing "
+            "else there (keys: docs/conversion.md).",
+        ),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from asyncshard.convert.journal import JOURNAL_NAME
@@ -22,9 +22,10 @@ __all__ = ["HierarchyNode", "read_node", "walk_hierarchy"]
 
 V3_META = "zarr.json"
 V2_ARRAY, V2_GROUP, V2_ATTRS = ".zarray", ".zgroup", ".zattrs"
+V2_CONSOLIDATED = ".zmetadata"
 #: The metadata objects of a group folder (consolidated metadata and conversion journals
 #: included): not "other files".
-_OWN = frozenset({V3_META, V2_GROUP, V2_ATTRS, ".zmetadata", JOURNAL_NAME})
+_OWN = frozenset({V3_META, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED, JOURNAL_NAME})
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class HierarchyNode:
     attributes: dict[str, Any] = field(default_factory=dict)
     #: Keys of the other objects in a group's folder (not its metadata, not subfolders).
     files: list[str] = field(default_factory=list)
+    #: Whether a group carries consolidated metadata (v3: ``consolidated_metadata`` in
+    #: its ``zarr.json``; v2: a ``.zmetadata`` in its folder).
+    consolidated: bool = False
 
 
 def _attributes(doc: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
@@ -64,7 +68,9 @@ async def _node(store: Store, prefix: str) -> HierarchyNode | None:
         kind = v3.get("node_type")
         if v3.get("zarr_format") != 3 or kind not in ("group", "array"):
             raise InvalidMetadataError(f"{prefix}{V3_META}: neither a v3 group nor array")
-        return HierarchyNode(path, kind, 3, v3, _attributes(v3.get("attributes"), prefix + V3_META))
+        attributes = _attributes(v3.get("attributes"), prefix + V3_META)
+        consolidated = isinstance(v3.get("consolidated_metadata"), dict)
+        return HierarchyNode(path, kind, 3, v3, attributes, consolidated=consolidated)
     if array is not None:
         return HierarchyNode(path, "array", 2, array, _attributes(attrs, prefix + V2_ATTRS))
     if group is not None:
@@ -82,14 +88,17 @@ async def walk_hierarchy(
 
     async def walk(prefix: str) -> None:
         node = await _node(store, prefix)
-        if node is not None:
+        if node is not None and node.kind == "array":
             if node.zarr_format in formats:
                 found.append(node)
-            if node.kind == "array":
-                return
+            return
         keys, prefixes = await store.list_dir(prefix)
         if node is not None:
             node.files.extend(k for k in sorted(keys) if k[len(prefix) :] not in _OWN)
+            if prefix + V2_CONSOLIDATED in keys:
+                node = replace(node, consolidated=True)
+            if node.zarr_format in formats:
+                found.append(node)
         for child in sorted(prefixes):
             await walk(child)
 

@@ -18,7 +18,9 @@ Everything is checked before the first write: the source metadata translate, and
 conversion (:mod:`asyncshard.convert.pipeline`): the journal lives in ``dest``, shards
 are written atomically, an array's ``zarr.json`` is written after its last shard, and a
 rerun after an interruption writes only what is missing. Groups are written last,
-deepest first, so ``dest``'s root metadata appears when the whole hierarchy is there.
+deepest first, so ``dest``'s root metadata appears when the whole hierarchy is there;
+then each group whose source had consolidated metadata gets it, describing the copy
+(:mod:`asyncshard.convert.consolidated`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, cast
 from asyncshard.backends.places import place_of
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.api import fold_storage_options
+from asyncshard.convert.consolidated import consolidate, without_consolidated
 from asyncshard.convert.hierarchy import HierarchyNode, walk_hierarchy
 from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import encoding_json, read_layout
@@ -133,6 +136,11 @@ class CopyPlan:
     arrays: list[CopiedArray | ArrayReport] = field(default_factory=list)
     groups: list[tuple[str, Doc]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    #: Groups whose source had consolidated metadata: the copy gets it too.
+    consolidated: list[str] = field(default_factory=list)
+    #: What each array is (``Zarr v2 → v3``) and its OME-Zarr version change, for the report.
+    formats: dict[str, str] = field(default_factory=dict)
+    ome: dict[str, str] = field(default_factory=dict)
 
 
 def _array_source(
@@ -189,17 +197,24 @@ async def plan_copy(
         where = reader.url or repr(reader)
         raise NothingToConvertError(f"no Zarr array (v2 or v3) at {where}")
     roles = _roles(nodes)
+    plan = CopyPlan()
     names: dict[str, list[str]] = {}
     for node in nodes:
         if node.kind == "group" and ome.is_ome(node.attributes, roles[node.path]):
-            names.update(ome.dimension_names(node.attributes, node.path))
+            named = ome.dimension_names(node.attributes, node.path)
+            names.update(named)
+            version = ome.ome_version(node.attributes) or ome.MIGRATED_FROM
+            change = version if version == ome.MIGRATED_TO else f"{version} → {ome.MIGRATED_TO}"
+            plan.ome.update(dict.fromkeys(named, change))
     wanted = None if arrays is None else {a.strip("/") for a in arrays}
-    plan = CopyPlan()
     for node in nodes:
         if node.kind == "group":
             plan.groups.append((node.path, _group_doc(node, roles[node.path])))
             plan.files += node.files
+            if node.consolidated:
+                plan.consolidated.append(node.path)
             continue
+        plan.formats[node.path] = "Zarr v3" if node.zarr_format == 3 else "Zarr v2 → v3"
         if wanted is not None and node.path not in wanted:
             plan.arrays.append(ArrayReport(node.path, "skipped", reason="not among --array"))
             continue
@@ -209,7 +224,7 @@ async def plan_copy(
         raise NothingToConvertError(f"no array at {sorted(missing)} in the source")
     for path, doc in plan.groups:
         found = await _existing(store, array_prefix(path) + META)
-        if found is not None and normalize(found) != normalize(doc):
+        if found is not None and normalize(without_consolidated(found)) != normalize(doc):
             raise ConversionError(
                 f"the destination already holds a different group at {path or '/'}; "
                 "convert into an empty location"
@@ -326,5 +341,9 @@ async def copy_store(
             found = await _existing(store, array_prefix(path) + META)
             if found is None:
                 await write_json(store, array_prefix(path) + META, doc, None)
+        await consolidate(store, plan.consolidated)
+        summary.location, summary.destination = reader.url or "", store.url or ""
+    for report in summary.arrays:
+        report.format, report.ome = plan.formats[report.path], plan.ome.get(report.path, "")
     summary.seconds = time.perf_counter() - started
     return summary

@@ -223,6 +223,7 @@ class PrecomputedScale(Convertible):
         self.info["scales"][self.index] = target
         self.version = await write_json(store, INFO, self.info, self.version)
         self.doc = target
+        report.shards = sum(1 for r in results if r.nchunks) if target.get("sharding") else 0
 
 
 def _retarget(scale_doc: Mapping[str, Any], sharding: ShardingSpec | None) -> Doc:
@@ -261,8 +262,10 @@ async def _convert_volume(
     options: RunOptions,
 ) -> ConversionSummary:
     spec = ShardingSpec.from_json(sharding) if isinstance(sharding, Mapping) else sharding
+    urls: list[str] = []
 
     async def nodes(store: Store) -> AsyncIterator[PrecomputedScale]:
+        urls.append(store.url or "")
         known = [s.key for s in VolumeInfo.from_json((await _read_info(store))[0]).scales]
         keys = known if scales is None else scales
         unknown = [key for key in keys if key not in known]
@@ -280,7 +283,11 @@ async def _convert_volume(
             else:
                 raise InvalidMetadataError(f"info has no scale with key {key!r}")
 
-    return await convert_nodes(url_or_store, nodes, options)
+    summary = await convert_nodes(url_or_store, nodes, options)
+    summary.location = urls[0] if urls else ""
+    for report in summary.arrays:
+        report.format = "precomputed"
+    return summary
 
 
 async def shard_precomputed_async(

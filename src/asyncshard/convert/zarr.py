@@ -89,6 +89,7 @@ from asyncshard.errors import (
     NothingToConvertError,
     ShardShapeError,
 )
+from asyncshard.formats import ome
 from asyncshard.formats.zarr3.keys import Separator
 from asyncshard.store import Store
 
@@ -185,8 +186,11 @@ async def convert_store(
     See :func:`shard_store_async` for the options.
     """
     run = cast(ZarrOptions, fold_storage_options(options, ZARR_OPTIONS))
+    urls: list[str] = []
+    ome_of: dict[str, str] = {}
 
     async def nodes(store: Store) -> AsyncIterator[ZarrArray | ArrayReport]:
+        urls.append(store.url or "")
         paths = await find_arrays(store) if arrays is None else [_normalize_path(a) for a in arrays]
         if not paths:
             where = store.url or repr(store)
@@ -199,14 +203,34 @@ async def convert_store(
         if arrays is not None:
             await _require_arrays(store, paths)
         roles = VectorRoles(store)
+        groups: dict[str, dict[str, Any]] = {}
         for path in paths:
+            ome_of[path] = await _ome_version(store, path, groups)
             chosen = _for_vectors(request, run, await roles.role(path), arrays is None)
             if isinstance(chosen, str):
                 yield ArrayReport(path, "skipped", reason=chosen)
             else:
                 yield await _load(store, path, *chosen)
 
-    return await convert_nodes(url_or_store, nodes, run)
+    summary = await convert_nodes(url_or_store, nodes, run)
+    summary.location = urls[0] if urls else ""
+    for report in summary.arrays:
+        report.format, report.ome = "Zarr v3", ome_of.get(report.path, "")
+    return summary
+
+
+async def _ome_version(store: Store, path: str, groups: dict[str, dict[str, Any]]) -> str:
+    """The OME-Zarr version of the image whose multiscales name the array at ``path``
+    (its parent group's; ``""``: none). ``groups`` caches the parents' attributes."""
+    parent = path.rpartition("/")[0]
+    if parent not in groups:
+        got = await read_doc(store, array_prefix(parent) + META) if path else None
+        attributes = got[0].get("attributes") if got is not None else None
+        groups[parent] = attributes if isinstance(attributes, dict) else {}
+    attributes = groups[parent]
+    if path not in ome.dimension_names(attributes, parent):
+        return ""
+    return ome.ome_version(attributes) or ""
 
 
 async def shard_store_async(

@@ -208,6 +208,8 @@ class ZarrArray(Convertible):
         )
         if note is not None and note not in report.notes:  # once for both passes of a reshard
             report.notes.append(note)
+        sharded = self.layout(target).sharded  # the last pass's count is the result's
+        report.shards = sum(1 for r in results if r.nchunks) if sharded else 0
         doc = dict(normalize(target))
         doc["attributes"] = self.doc.get("attributes", {})
         await self._write(store, with_manifest(doc, keys))
