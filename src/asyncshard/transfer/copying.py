@@ -98,7 +98,7 @@ async def copy_tree_async(
     budget = ByteBudget(max_buffer)
     prefix, dst_prefix = validate_prefix(prefix), validate_prefix(dst_prefix)
     async with opened(src, storage_options) as source, opened(dst, dst_storage_options) as target:
-        check_apart(source, prefix, target, dst_prefix)
+        check_apart(source, prefix, target, dst_prefix, exact=keys is not None)
         copier = _Copier(source, target, prefix, dst_prefix, budget, part_size, size_only)
         copier.progress = progress
         await copier.run(keys)
@@ -120,10 +120,13 @@ def _where(store: Store, prefix: str) -> str:
     return f"{base.rstrip('/')}/{prefix}" if prefix else base
 
 
-def check_apart(src: Store, prefix: str, dst: Store, dst_prefix: str) -> None:
+def check_apart(
+    src: Store, prefix: str, dst: Store, dst_prefix: str, *, exact: bool = False
+) -> None:
     """:class:`OverlappingStoresError` if the objects below ``prefix`` of ``src`` and
     below ``dst_prefix`` of ``dst`` may be the same (compared as places, as plain
-    string prefixes: ``a`` overlaps ``ab``)."""
+    string prefixes: ``a`` overlaps ``ab``); ``exact``: if they are the same place
+    (explicit keys, not a listing that could meet its own copies)."""
     if src is dst:
         a, b = prefix, dst_prefix
     else:
@@ -134,7 +137,7 @@ def check_apart(src: Store, prefix: str, dst: Store, dst_prefix: str) -> None:
             return
         a = "".join(p + "/" for p in here.prefix) + prefix
         b = "".join(p + "/" for p in there.prefix) + dst_prefix
-    if a.startswith(b) or b.startswith(a):
+    if a == b or (not exact and (a.startswith(b) or b.startswith(a))):
         raise OverlappingStoresError(
             f"{_where(src, prefix)} and {_where(dst, dst_prefix)} overlap: a copy onto "
             "itself or into itself"

@@ -63,7 +63,7 @@ class CopySummary:
 
     def __str__(self) -> str:
         size = tqdm.format_sizeof(self.bytes_copied, "B", 1024)
-        text = f"{self.copied} objects copied ({size}), {self.skipped} already equal"
+        text = f"{_objects(self.copied)} copied ({size}), {self.skipped} already equal"
         if self.failed:
             text += f", {self.failed} failed"
         return text
@@ -85,6 +85,10 @@ class CopySummary:
             "bytes_skipped": self.bytes_skipped,
             "failures": [{"key": k, "error": e} for k, e in self.failures],
         }
+
+
+def _objects(n: int) -> str:
+    return f"{n} object" if n == 1 else f"{n} objects"
 
 
 class ByteBudget:
