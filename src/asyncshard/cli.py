@@ -158,7 +158,8 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
             )
         click.confirm(f"Delete every object below {', '.join(where)}?", abort=True)
     removed = _delete(url, tuple(dir_prefix(k) for k in keys) or ("",), flags, tree=True)
-    click.echo(f"removed {removed} objects below {', '.join(where)}")
+    noun = "object" if removed == 1 else "objects"
+    click.echo(f"removed {removed} {noun} below {', '.join(where)}")
 
 
 @run_async
