@@ -12,7 +12,7 @@ import click
 
 from asyncshard import __version__, loops
 from asyncshard.backends.registry import open_store
-from asyncshard.errors import AsyncShardError
+from asyncshard.errors import AsyncShardError, InvalidKeyError
 from asyncshard.keys import dir_prefix
 from asyncshard.ranges import ByteRange, parse_range
 from asyncshard.storage_flags import storage_flags, storage_options
@@ -149,7 +149,11 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
             raise click.UsageError("missing KEYS (or -r to delete everything below URL)")
         _delete(url, keys, flags)
         return
-    where = [f"{url.rstrip('/')}/{dir_prefix(k)}" for k in keys] or [url]
+    try:
+        prefixes = tuple(dir_prefix(k) for k in keys)
+    except InvalidKeyError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEYS") from None
+    where = [f"{url.rstrip('/')}/{p}" for p in prefixes] or [url]
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError(
@@ -157,7 +161,7 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
                 "confirm (standard input is no terminal to ask on)"
             )
         click.confirm(f"Delete every object below {', '.join(where)}?", abort=True)
-    removed = _delete(url, tuple(dir_prefix(k) for k in keys) or ("",), flags, tree=True)
+    removed = _delete(url, prefixes or ("",), flags, tree=True)
     noun = "object" if removed == 1 else "objects"
     click.echo(f"removed {removed} {noun} below {', '.join(where)}")
 

@@ -637,14 +637,23 @@ class Store(ABC):
         return self.list_prefix("")
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        """Every key that starts with ``prefix``."""
+        """Every key that starts with ``prefix``, as it is listed.
+
+        An async generator: iterate it (``async for key in store.list_prefix("a/")``,
+        or ``[k async for k in ...]``), do not ``await`` it; :meth:`list_dir` is the
+        listing that is awaited.
+        """
         prefix = validate_prefix(prefix)
         self.stats.requests["list"] += 1
         async for key in self._list(prefix):
             yield key
 
     async def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[str]]:
-        """``(keys, prefixes)`` directly below the directory ``prefix``."""
+        """``(keys, prefixes)`` directly below the directory ``prefix``.
+
+        A coroutine: ``keys, prefixes = await store.list_dir("a")`` (unlike
+        :meth:`list_prefix`, an async generator that is iterated).
+        """
         prefix = dir_prefix(prefix)
         self.stats.requests["list"] += 1
         return await self._list_dir(prefix)

@@ -9,6 +9,7 @@ import pytest
 
 from tests.servers.fixtures import (  # noqa: F401 - shared session servers
     gcs_fake,
+    http_server,
     s3_server,
 )
 

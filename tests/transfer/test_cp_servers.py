@@ -14,12 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 import asyncshard
-from asyncshard import CopyError, LocalStore, copy_tree_async
+from asyncshard import CopyError, LocalStore, UnsupportedOperationError, copy_tree_async
 from asyncshard.backends.cloud.streams import STREAM_PART_SIZE
 from asyncshard.cli import cli
 from asyncshard.store import Store
 from tests.servers.fixtures import gcs_store_on, s3_store_on, unique_prefix
 from tests.servers.gcs_fake import FakeGCS
+from tests.servers.http_static import StaticServer
 from tests.servers.s3 import S3Server
 from tests.transfer.conftest import read_tree, write_tree
 
@@ -236,3 +237,19 @@ async def test_an_object_gone_from_the_source_fails_the_copy(
         await copy_tree_async(s3, tmp_path / "dst", keys=["here", "gone"])
     assert raised.value.summary.copied == 1
     assert [k for k, _ in raised.value.summary.failures] == ["gone"]
+
+
+async def test_an_http_source_copies_given_keys_and_refuses_to_list(
+    http_server: StaticServer, tmp_path: Path
+) -> None:
+    prefix = unique_prefix()
+    files = write_tree(http_server.root / prefix, {"zarr.json": b"{}", "c/0/0": b"chunk"})
+    url = f"{http_server.url}/{prefix}"
+    summary = await copy_tree_async(url, tmp_path / "dst", keys=sorted(files))
+    assert summary.copied == 2
+    assert read_tree(tmp_path / "dst") == files
+    with pytest.raises(UnsupportedOperationError, match="cannot list"):
+        await copy_tree_async(url, tmp_path / "other")
+    code = CliRunner().invoke(cli, ["cp", f"{url}/c/0/0", str(tmp_path / "one") + "/"])
+    assert code.exit_code == 0, code.output
+    assert (tmp_path / "one/0").read_bytes() == b"chunk"

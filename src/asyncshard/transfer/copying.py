@@ -27,6 +27,7 @@ from asyncshard.errors import (
     CopyError,
     NothingToCopyError,
     OverlappingStoresError,
+    UnsupportedOperationError,
 )
 from asyncshard.keys import validate_prefix
 from asyncshard.store import ObjectMeta, Store
@@ -185,6 +186,8 @@ class _Copier:
         listing = cast(AsyncGenerator[str, None], self.dst.list_prefix(self.dst_prefix))
         try:
             return await anext(listing, None) is not None
+        except UnsupportedOperationError:
+            return True  # cannot tell: compare each object
         finally:
             await listing.aclose()
 
