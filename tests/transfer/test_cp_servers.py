@@ -250,6 +250,14 @@ async def test_an_http_source_copies_given_keys_and_refuses_to_list(
     assert read_tree(tmp_path / "dst") == files
     with pytest.raises(UnsupportedOperationError, match="cannot list"):
         await copy_tree_async(url, tmp_path / "other")
+
+
+def test_cp_copies_one_object_from_an_http_server(
+    http_server: StaticServer, tmp_path: Path
+) -> None:
+    prefix = unique_prefix()
+    write_tree(http_server.root / prefix, {"c/0/0": b"chunk"})
+    url = f"{http_server.url}/{prefix}"
     code = CliRunner().invoke(cli, ["cp", f"{url}/c/0/0", str(tmp_path / "one") + "/"])
     assert code.exit_code == 0, code.output
     assert (tmp_path / "one/0").read_bytes() == b"chunk"
