@@ -16,7 +16,10 @@ from asyncshard.transfer.removing import remove_tree_async
 from asyncshard.transfer.summary import CopiedObject, CopySummary
 
 copy_tree = blocking(copy_tree_async)
+"""Synchronous :func:`copy_tree_async`: the same arguments, the same
+:class:`CopySummary` (call it where no event loop runs)."""
 remove_tree = blocking(remove_tree_async)
+"""Synchronous :func:`remove_tree_async`: the same arguments, the number deleted."""
 
 __all__ = [
     "DEFAULT_MAX_BUFFER",
