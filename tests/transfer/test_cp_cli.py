@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
 
+import asyncshard
 from asyncshard.cli import cli
 from tests.transfer.conftest import read_tree, write_tree
+
+SRC = str(Path(asyncshard.__file__).resolve().parents[1])
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -68,3 +76,39 @@ def test_rm_keys_still_works_and_rm_needs_keys_or_r(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["rm", "-r", "-y", str(tmp_path), "dir"])
     assert result.exit_code == 0 and "removed 1 object below" in result.output
     assert read_tree(tmp_path) == {"b": b"2"}
+
+
+def _rm_on_a_terminal(folder: Path, answer: bytes) -> tuple[int, bytes]:
+    """``rm -r folder`` with a terminal as standard input, answering ``answer``."""
+    main, terminal = pty.openpty()
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": SRC, "HOME": "/nonexistent"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncshard", "rm", "-r", str(folder)],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+    )
+    os.close(terminal)
+    output = b""
+    try:
+        while b"[y/N]" not in output:
+            output += os.read(main, 1024)
+        os.write(main, answer + b"\n")
+        proc.wait(timeout=60)
+        with contextlib.suppress(OSError):  # the terminal closes with the process
+            while chunk := os.read(main, 1024):
+                output += chunk
+    finally:
+        os.close(main)
+    return proc.returncode, output
+
+
+def test_rm_r_asks_on_a_terminal(tmp_path: Path) -> None:
+    write_tree(tmp_path / "d", {"a": b"1", "b/c": b"2"})
+    code, output = _rm_on_a_terminal(tmp_path / "d", b"n")
+    assert code == 1 and b"Delete every object below" in output
+    assert read_tree(tmp_path / "d") == {"a": b"1", "b/c": b"2"}
+    code, output = _rm_on_a_terminal(tmp_path / "d", b"y")
+    assert code == 0 and b"removed 2 objects" in output
+    assert read_tree(tmp_path / "d") == {}
