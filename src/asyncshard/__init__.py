@@ -8,6 +8,7 @@ from asyncshard.errors import (
     BucketNotFoundError,
     ChecksumError,
     ConflictError,
+    CopyError,
     CorruptResponseError,
     CorruptShardError,
     EventLoopError,
@@ -16,6 +17,7 @@ from asyncshard.errors import (
     InvalidMetadataError,
     InvalidRangeError,
     NothingToConvertError,
+    NothingToCopyError,
     OverlappingStoresError,
     PartialWriteError,
     ReadOnlyError,
@@ -38,6 +40,7 @@ from asyncshard.sharding import (
     open_sharded,
 )
 from asyncshard.store import GetResult, ObjectMeta, Store, StoreStats
+from asyncshard.transfer import CopySummary, copy_tree, copy_tree_async
 from asyncshard.views import UnshardedView
 
 try:
@@ -51,6 +54,8 @@ __all__ = [
     "ByteRange",
     "ChecksumError",
     "ConflictError",
+    "CopyError",
+    "CopySummary",
     "CorruptResponseError",
     "CorruptShardError",
     "EventLoopError",
@@ -62,6 +67,7 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "NothingToConvertError",
+    "NothingToCopyError",
     "ObjectMeta",
     "Offset",
     "OverlappingStoresError",
@@ -86,6 +92,8 @@ __all__ = [
     "UnsupportedOperationError",
     "ZarrShardedStore",
     "__version__",
+    "copy_tree",
+    "copy_tree_async",
     "open_sharded",
     "open_store",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
@@ -11,10 +12,12 @@ import click
 
 from asyncshard import __version__, loops
 from asyncshard.backends.registry import open_store
-from asyncshard.errors import AsyncShardError
+from asyncshard.errors import AsyncShardError, InvalidKeyError
+from asyncshard.keys import dir_prefix
 from asyncshard.ranges import ByteRange, parse_range
 from asyncshard.storage_flags import storage_flags, storage_options
 from asyncshard.store import Store
+from asyncshard.transfer import copy_tree_async, remove_tree_async
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -104,25 +107,75 @@ async def cat(url: str, key: str, byte_range: ByteRange | None, **flags: Any) ->
 @cli.command("put")
 @click.argument("url")
 @click.argument("key")
-@click.argument("source", type=click.File("rb"))
+@click.argument("source", type=click.Path(exists=True, allow_dash=True))
 @storage_flags
 @run_async
-async def put(url: str, key: str, source: Any, **flags: Any) -> None:
-    """Store the contents of SOURCE (a file, or - for standard input) as KEY."""
-    data = source.read()
+async def put(url: str, key: str, source: str, **flags: Any) -> None:
+    """Store the contents of SOURCE (a file, or - for standard input) as KEY; a folder
+    SOURCE is copied below KEY (as ``cp -r SOURCE URL/KEY``)."""
+    if os.path.isdir(source):
+        async with _open(url, flags) as store:
+            summary = await copy_tree_async(source, store, dst_prefix=dir_prefix(key))
+        click.echo(str(summary))
+        return
+    with click.open_file(source, "rb") as file:
+        data = file.read()
     async with _open(url, flags) as store:
         await store.set(key, data)
 
 
 @cli.command("rm")
 @click.argument("url")
-@click.argument("keys", nargs=-1, required=True)
+@click.argument("keys", nargs=-1)
+@click.option(
+    "-r",
+    "--recursive",
+    is_flag=True,
+    help="Delete every object below URL (or below each folder KEYS names).",
+)
+@click.option(
+    "-y", "--yes", is_flag=True, help="Do not ask for confirmation (needed off a terminal)."
+)
 @storage_flags
+def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any) -> None:
+    """Delete the objects KEYS (missing ones are ignored), or with -r every object below
+    the folder URL (or below the folders KEYS below it), printing how many.
+
+    -r asks for confirmation on a terminal; elsewhere (scripts, pipes) it refuses to run
+    without -y, so that a mistyped URL cannot empty a bucket unseen.
+    """
+    if not recursive:
+        if not keys:
+            raise click.UsageError("missing KEYS (or -r to delete everything below URL)")
+        _delete(url, keys, flags)
+        return
+    try:
+        prefixes = tuple(dir_prefix(k) for k in keys)
+    except InvalidKeyError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEYS") from None
+    where = [f"{url.rstrip('/')}/{p}" for p in prefixes] or [url]
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                "rm -r deletes every object below " + ", ".join(where) + ": give -y to "
+                "confirm (standard input is no terminal to ask on)"
+            )
+        click.confirm(f"Delete every object below {', '.join(where)}?", abort=True)
+    removed = _delete(url, prefixes or ("",), flags, tree=True)
+    noun = "object" if removed == 1 else "objects"
+    click.echo(f"removed {removed} {noun} below {', '.join(where)}")
+
+
 @run_async
-async def rm(url: str, keys: tuple[str, ...], **flags: Any) -> None:
-    """Delete the objects KEYS (missing ones are ignored)."""
+async def _delete(
+    url: str, keys: tuple[str, ...], flags: dict[str, Any], tree: bool = False
+) -> int:
+    """Delete ``keys`` (``tree``: every object below each) at ``url``; how many."""
     async with _open(url, flags) as store:
-        await store.erase_values(keys)
+        if not tree:
+            await store.erase_values(keys)
+            return len(set(keys))
+        return sum([await remove_tree_async(store, prefix) for prefix in keys])
 
 
 def _register_commands() -> None:
@@ -130,8 +183,9 @@ def _register_commands() -> None:
     from asyncshard.convert.command import reshard, shard, unshard
     from asyncshard.integrity.command import repair, verify
     from asyncshard.server.command import serve
+    from asyncshard.transfer.command import cp
 
-    for command in (serve, shard, unshard, reshard, verify, repair):
+    for command in (serve, shard, unshard, reshard, verify, repair, cp):
         cli.add_command(command)
 
 

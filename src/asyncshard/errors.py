@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AsyncShardError(Exception):
     """Base class of every error asyncshard raises on purpose."""
@@ -153,3 +155,21 @@ class ShardShapeError(ConversionError, ValueError):
 class OverlappingStoresError(ConversionError, ValueError):
     """A copy's destination is its source, lies inside it or holds it (compared as
     places: backend, endpoint, bucket and prefix, not as written)."""
+
+
+class CopyError(AsyncShardError):
+    """Some objects of a :func:`~asyncshard.copy_tree` were not copied.
+
+    The others were (or were already equal at the destination); ``summary`` counts
+    them and names the keys that failed, with their errors. Running the copy again
+    copies what is missing and skips what is equal.
+    """
+
+    def __init__(self, message: str, summary: Any) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+class NothingToCopyError(AsyncShardError):
+    """A recursive copy found no object at its source (a mistyped prefix, an empty
+    folder): never a silent success."""

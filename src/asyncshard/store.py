@@ -29,7 +29,7 @@ import asyncio
 import builtins
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -78,6 +78,8 @@ T = TypeVar("T")
 DEFAULT_MAX_GAP = 64 * 1024
 DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 32
+#: Keys HEADed at a time by the default :meth:`Store.list_objects`.
+LIST_HEAD_BATCH = 256
 
 
 class Store(ABC):
@@ -635,14 +637,23 @@ class Store(ABC):
         return self.list_prefix("")
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        """Every key that starts with ``prefix``."""
+        """Every key that starts with ``prefix``, as it is listed.
+
+        An async generator: iterate it (``async for key in store.list_prefix("a/")``,
+        or ``[k async for k in ...]``), do not ``await`` it; :meth:`list_dir` is the
+        listing that is awaited.
+        """
         prefix = validate_prefix(prefix)
         self.stats.requests["list"] += 1
         async for key in self._list(prefix):
             yield key
 
     async def list_dir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[str]]:
-        """``(keys, prefixes)`` directly below the directory ``prefix``."""
+        """``(keys, prefixes)`` directly below the directory ``prefix``.
+
+        A coroutine: ``keys, prefixes = await store.list_dir("a")`` (unlike
+        :meth:`list_prefix`, an async generator that is iterated).
+        """
         prefix = dir_prefix(prefix)
         self.stats.requests["list"] += 1
         return await self._list_dir(prefix)
@@ -652,6 +663,78 @@ class Store(ABC):
         in it (views with folders declared by metadata); ``False`` on plain stores, where a
         folder exists exactly when something is stored below it."""
         return False
+
+    # -- streamed writes, listings with metadata (whole-tree copies) --------------------
+
+    def stream_buffer(self, size: int, part_size: int) -> int:
+        """Bytes a :meth:`set_stream` of an object of ``size`` bytes, fed parts of at
+        most ``part_size`` bytes, holds in memory at once at most. The default collects
+        the parts into one :meth:`set`: the whole object."""
+        return size
+
+    async def set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
+        """Write the object ``key`` from ``parts``, taken one after another as the
+        store is ready for them; return its new version if the backend reports one.
+
+        As atomic as :meth:`set`: readers see the previous object (or none) until the
+        last part is in, and a failure, a cancellation or a killed process leaves no
+        part of the new object visible (local files: a temp file renamed at the end;
+        object stores: a multipart upload, invisible until completed). Counted as one
+        ``put`` (more where a multipart upload sends more); ``bytes_written`` grows by
+        each part. Unconditional only.
+        """
+        validate_key(key)
+        if not self.supports_writes:
+            raise ReadOnlyError(f"{self!r} is read-only")
+        self.stats.requests["put"] += 1
+        return await self._set_stream(key, self._counting_parts(parts))
+
+    async def _counting_parts(self, parts: AsyncIterable[BytesLike]) -> AsyncIterator[BytesLike]:
+        async for part in parts:
+            self.stats.bytes_written += len(part)
+            yield part
+
+    async def _set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
+        """Write ``key`` from ``parts`` atomically. The default collects them and
+        writes the whole object with ``_set``; backends that write parts as they come
+        override it, and :meth:`stream_buffer`."""
+        buf = bytearray()
+        async for part in parts:
+            buf += part
+        return await self._bounded(self._set(key, buf, None, False))
+
+    async def list_objects(self, prefix: str) -> AsyncIterator[ObjectMeta]:
+        """The metadata of every object whose key starts with ``prefix`` (as
+        :meth:`list_prefix` matches keys), in no particular order.
+
+        Like :meth:`list_prefix` an async generator: iterate it with ``async for``, do
+        not ``await`` it (:meth:`list_dir` is the one listing that is awaited). Object
+        stores list the metadata with the keys; other stores HEAD each key listed,
+        counted as ``head`` requests, and leave out objects deleted meanwhile.
+        """
+        prefix = validate_prefix(prefix)
+        self.stats.requests["list"] += 1
+        async for meta in self._list_objects(prefix):
+            yield meta
+
+    async def _list_objects(self, prefix: str) -> AsyncIterator[ObjectMeta]:
+        """Metadata of every key starting with ``prefix``; the default HEADs the keys
+        ``_list`` yields, ``LIST_HEAD_BATCH`` at a time."""
+        batch: builtins.list[str] = []
+        listed = self._list(prefix)
+        while True:
+            key = await anext(listed, None)
+            if key is not None:
+                batch.append(key)
+            if batch and (key is None or len(batch) >= LIST_HEAD_BATCH):
+                self.stats.requests["head"] += len(batch)
+                metas = await gather_settled(self._bounded(self._head(k)) for k in batch)
+                batch = []
+                for meta in metas:
+                    if meta is not None:
+                        yield meta
+            if key is None:
+                return
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence, Set
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+    Set,
+)
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -19,6 +27,7 @@ import obstore
 
 import asyncshard.backends.cloud.checks as checks
 import asyncshard.backends.cloud.config as _config
+import asyncshard.backends.cloud.streams as streams
 import asyncshard.backends.cloud.writes as writes
 from asyncshard.backends.cloud.errors import (
     OBSTORE_ERRORS,
@@ -565,6 +574,13 @@ class CloudStore(Store):
             raise self._error(exc, failure, key, "write") from exc
         return encode_version(result.get("e_tag"), result.get("version"))
 
+    def stream_buffer(self, size: int, part_size: int) -> int:
+        return streams.stream_buffer(size, part_size)
+
+    async def _set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
+        """One multipart upload, fed part by part (see :mod:`.streams`)."""
+        return await streams.put_stream(self, self._os, key, parts)
+
     async def _erase(self, key: str) -> None:
         self._check_writable()
         try:
@@ -631,6 +647,10 @@ class CloudStore(Store):
         )
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
+        async for meta in self._list_objects(prefix):
+            yield meta.key
+
+    async def _list_objects(self, prefix: str) -> AsyncIterator[ObjectMeta]:
         if not self._listing:
             raise self._no_listing()
         # obstore lists whole path segments; asyncshard prefixes are plain strings, so
@@ -647,7 +667,7 @@ class CloudStore(Store):
             for meta in batch:
                 key = self._key_of(meta["path"])
                 if key is not None and key.startswith(prefix):
-                    yield key
+                    yield self._meta(key, meta)
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
         if not self._listing:

@@ -11,7 +11,7 @@ import asyncio
 import errno
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -285,6 +285,23 @@ class LocalStore(Store):
             return await change
         finally:
             self._inline.forget(keys)
+
+    def stream_buffer(self, size: int, part_size: int) -> int:
+        return min(size, part_size)  # each part is written to the temp file as it comes
+
+    async def _set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
+        """A temp file written part by part, renamed over the object at the end (as
+        every write); a failure or cancellation removes it, a killed process leaves it
+        hidden until swept (see :meth:`cleanup_temp_files`)."""
+        writer = self._writer
+        staged = await to_completion(writer.stage, key)
+        try:
+            async for part in parts:
+                await to_completion(writer.append, staged, part)
+        except BaseException:
+            writer.discard(staged)
+            raise
+        return await self._replacing([key], asyncio.to_thread(writer.commit, staged))
 
     async def cleanup_temp_files(self, max_age: float = TEMP_MAX_AGE) -> int:
         """Remove temporary files older than ``max_age`` seconds in the whole tree.

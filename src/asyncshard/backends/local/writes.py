@@ -14,6 +14,8 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn
 
 from cachetools import TTLCache
 
@@ -46,6 +48,21 @@ _CREATE_ATTEMPTS = 8
 STAGE_MIN = 32
 
 
+@dataclass
+class Staged:
+    """An object being written: its temp file (``fd`` open, ``-1`` once closed)."""
+
+    key: str
+    path: str
+    created: list[str]
+    fd: int = -1
+    tmp: str | None = None
+
+    @property
+    def folder(self) -> str:
+        return os.path.dirname(self.path)
+
+
 class FileWriter:
     """Writes, copies and temp-file sweeps below one :class:`Root` (see the module)."""
 
@@ -60,15 +77,47 @@ class FileWriter:
 
     def write(self, key: str, data: BytesLike, if_match: str | None, if_absent: bool) -> str:
         """Write one object under its condition; its new version."""
+        return self.commit(self.stage(key), data, if_match, if_absent)
+
+    def stage(self, key: str) -> Staged:
+        """A temp file for the object ``key``, in its folder (made if needed), open for
+        :meth:`append`, then :meth:`commit` or :meth:`discard`."""
         root = self.root
         not_temp(key)
         path = root.resolve(key)
-        folder = os.path.dirname(path)
-        created: list[str] = []
-        tmp: str | None = None
+        staged = Staged(key, path, [])
         try:
-            fd, tmp = self._create_temp(folder, created)
-            root.check_opened(fd, key)  # a folder swapped for a link to outside
+            staged.fd, staged.tmp = self._create_temp(staged.folder, staged.created)
+            root.check_opened(staged.fd, key)  # a folder swapped for a link to outside
+        except BaseException as exc:
+            staged.fd = -1  # closed by check_opened if it failed
+            self._failed(staged, exc)
+        return staged
+
+    def append(self, staged: Staged, data: BytesLike) -> None:
+        """Write ``data`` at the end of the staged temp file."""
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(staged.fd, view) :]
+        except BaseException as exc:
+            self._failed(staged, exc)
+
+    def commit(
+        self,
+        staged: Staged,
+        data: BytesLike = b"",
+        if_match: str | None = None,
+        if_absent: bool = False,
+    ) -> str:
+        """Write ``data`` last, then rename the staged file over its object under its
+        condition; its new version. On failure nothing of it remains."""
+        root = self.root
+        key, path, folder, tmp = staged.key, staged.path, staged.folder, staged.tmp
+        if tmp is None:
+            raise ValueError(f"{key!r}: committed twice, or discarded")
+        try:
+            fd, staged.fd = staged.fd, -1
             st, tag = self._write_data(fd, data)
             # Unconditional writes take the lock too: erase_if_match checks and unlinks
             # under it, and must not unlink a file renamed in between.
@@ -82,14 +131,27 @@ class FileWriter:
                         with opened_for_write(tmp) as tfd:
                             st = newer_than(tfd, st, current)
                 os.replace(tmp_name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            tmp = None
+            staged.tmp = None
             self._sweep_if_due(folder)
         except BaseException as exc:
-            self._undo([(tmp, folder, created)])
-            if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
-                raise root.write_error(exc, key, path) from exc
-            raise
+            self._failed(staged, exc)
         return meta_of(key, st, tag).version or ""
+
+    def discard(self, staged: Staged) -> None:
+        """Remove a staged temp file that will not be committed (and the folders its
+        staging created)."""
+        if staged.fd >= 0:
+            os.close(staged.fd)
+            staged.fd = -1
+        self._undo([(staged.tmp, staged.folder, staged.created)])
+        staged.tmp = None
+
+    def _failed(self, staged: Staged, exc: BaseException) -> NoReturn:
+        """Discard ``staged`` and raise ``exc`` (an ``OSError`` as the store's error)."""
+        self.discard(staged)
+        if isinstance(exc, OSError) and not isinstance(exc, AsyncShardError):
+            raise self.root.write_error(exc, staged.key, staged.path) from exc
+        raise exc
 
     def _create_stage(self, folder: str, created: list[str], key: str) -> tuple[str, int]:
         """Create a staging folder for temp files in ``folder`` (making ``folder`` if
