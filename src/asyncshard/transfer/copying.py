@@ -221,7 +221,8 @@ class _Copier:
         if meta is None:
             meta = await self.src.head(key)
             if meta is None:
-                raise VanishedError(f"{key}: no such object at the source")
+                await self.src.get(key)  # a missing bucket says so here; a HEAD cannot
+                raise NothingToCopyError(f"no such object: {_where(self.src, key)}")
         target = self.dst_prefix + key[len(self.prefix) :]
         share = await self.budget.acquire(self._share(meta.size))
         try:
