@@ -72,13 +72,15 @@ def test_the_configuration_reference_lists_every_option_with_its_meaning(site: P
 
     from asyncshard.backends.cloud.store import CloudStore
     from asyncshard.backends.local.store import LocalStore
+    from asyncshard.integrity import repair_async
     from asyncshard.server.config import AppConfig
     from asyncshard.sharding.engine.adapter import ShardedAdapter
+    from asyncshard.transfer import copy_tree_async
 
     rows = config_rows(site)
     own = {
         name
-        for cls in (CloudStore, LocalStore, ShardedAdapter)
+        for cls in (CloudStore, LocalStore, ShardedAdapter, copy_tree_async, repair_async)
         for name, p in inspect.signature(cls).parameters.items()
         if p.kind is p.KEYWORD_ONLY and name != "config"
     } | {f.name for f in dataclasses.fields(AppConfig)}
