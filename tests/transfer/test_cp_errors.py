@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from asyncshard.cli import cli
 from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.gcs_fake import FakeGCS, service_account_key
+from tests.servers.http_static import StaticServer
 from tests.servers.s3 import TEST_BUCKET, S3Server
 from tests.transfer.conftest import write_tree
 from tests.transfer.test_cp_servers import SRC, contents, s3_flags
@@ -135,3 +136,17 @@ def test_the_readme_copy_to_gcs_runs_as_written(
     code, out, err = run(*args, *s3_flags(s3_server), "--to-endpoint", gcs_fake.url)
     assert code == 0, err
     assert out.startswith("1 object copied")
+
+
+def test_a_read_only_destination_is_refused_once_before_any_request(
+    http_server: StaticServer, tmp_path: Path
+) -> None:
+    write_tree(tmp_path / "src", {f"k{i}": b"1" for i in range(5)})
+    url = f"{http_server.url}/{unique_prefix()}"
+    for args in (["cp", "-r", str(tmp_path / "src"), url], ["cp", str(tmp_path / "src/k0"), url]):
+        code, out, err = run(*args)
+        assert code == 2, err
+        assert out == ""
+        assert err.strip().splitlines() == [
+            f"Error: ReadOnlyError: cannot copy into {url}: it is read-only"
+        ]

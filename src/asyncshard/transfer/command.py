@@ -23,6 +23,7 @@ from asyncshard.errors import (
     CopyError,
     InvalidKeyError,
     OverlappingStoresError,
+    ReadOnlyError,
     StoreConfigError,
     UnknownSchemeError,
 )
@@ -34,7 +35,13 @@ from asyncshard.transfer.summary import CopiedObject, CopySummary
 __all__ = ["cp", "split_object_url"]
 
 #: Errors that are the command line's mistake (exit status 2).
-_USAGE_ERRORS = (OverlappingStoresError, StoreConfigError, InvalidKeyError, UnknownSchemeError)
+_USAGE_ERRORS = (
+    OverlappingStoresError,
+    StoreConfigError,
+    InvalidKeyError,
+    UnknownSchemeError,
+    ReadOnlyError,
+)
 #: ... except these, failures as for every other command (exit status 1).
 _FAILURES = (BucketNotFoundError,)
 #: Exit status after Ctrl-C, as shells report a command ended by SIGINT.
