@@ -38,6 +38,7 @@ from asyncshard.convert.report import (
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError
 from asyncshard.formats.zarr3.keys import Separator
+from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
 from asyncshard.storage_flags import pair_options, storage_flags, storage_options
 from asyncshard.store import Store
@@ -146,6 +147,7 @@ async def _convert(
         return await conversion(store, precomputed)
 
 
+@on_interrupt("arrays stay readable; run the same command again to finish the conversion")
 def _run(
     url: str,
     fmt: str,

@@ -27,6 +27,7 @@ from asyncshard.errors import (
     StoreConfigError,
     UnknownSchemeError,
 )
+from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
 from asyncshard.storage_flags import pair_options, storage_flags
 from asyncshard.transfer.copying import DEFAULT_MAX_BUFFER, DEFAULT_PART_SIZE, copy_tree_async
@@ -44,16 +45,10 @@ _USAGE_ERRORS = (
 )
 #: ... except these, failures as for every other command (exit status 1).
 _FAILURES = (BucketNotFoundError,)
-#: Exit status after Ctrl-C, as shells report a command ended by SIGINT.
-_EXIT_INTERRUPTED = 130
 
 
 class _UsageFailure(click.ClickException):
     exit_code = 2
-
-
-class _Interrupted(click.ClickException):
-    exit_code = _EXIT_INTERRUPTED
 
 
 class CopyProgress:
@@ -136,15 +131,10 @@ def cp(src: str, dst: str, recursive: bool, **options: Any) -> None:
     cloud URL (--anon to SRC only); --to-endpoint and --to-option set DST's instead.
     Exits 1 if any object failed (naming the first ones), or if SRC holds nothing.
     """
-    try:
-        _copy(src, dst, recursive, options)
-    except KeyboardInterrupt:
-        raise _Interrupted(
-            "interrupted: objects copied so far are whole; run the same command again to "
-            "copy the rest"
-        ) from None
+    _copy(src, dst, recursive, options)
 
 
+@on_interrupt("objects copied so far are whole; run the same command again to copy the rest")
 def _copy(src: str, dst: str, recursive: bool, options: dict[str, Any]) -> None:
     """The cp command, its options as click passed them."""
     flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
