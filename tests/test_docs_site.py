@@ -42,6 +42,21 @@ def test_the_api_reference_has_every_public_name(site: Path) -> None:
     assert not missing, missing
 
 
+@pytest.mark.parametrize(
+    "page",
+    ["backends", "sharding", "convert", "integrity", "transfer", "server", "obspec", "zarr_python"]
+    + ["testing"],
+)
+def test_each_api_page_has_every_public_name_of_its_package(site: Path, page: str) -> None:
+    """The synchronous twins (``shard_store = blocking(shard_store_async)``) included."""
+    import importlib
+
+    module = importlib.import_module(f"asyncshard.{page}")
+    html = (site / "reference" / "api" / page / "index.html").read_text()
+    missing = [n for n in module.__all__ if f'id="asyncshard.{page}.{n}"' not in html]
+    assert not missing, missing
+
+
 def test_the_cli_reference_has_every_command(site: Path) -> None:
     page = (site / "reference" / "cli" / "index.html").read_text()
     assert cli.commands, "no commands"
