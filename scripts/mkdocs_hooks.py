@@ -102,6 +102,15 @@ def _table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+def keyword_rows(path: str) -> list[tuple[str, str, str, str]]:
+    """The keyword-only options of a function (its positional parameters say what it
+    works on, not how)."""
+    live = inspect.signature(_runtime(path)).parameters
+    return [
+        row for row in signature_rows(path) if live[row[0]].kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+
+
 def signature_rows(path: str) -> list[tuple[str, str, str, str]]:
     """The keyword options of a class's ``__init__`` (or a function), described from its
     own docstring (the class's, for ``__init__``)."""
@@ -153,7 +162,12 @@ def obstore_rows(path: str) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-GENERATORS = {"signature": signature_rows, "fields": field_rows, "obstore": obstore_rows}
+GENERATORS = {
+    "signature": signature_rows,
+    "keywords": keyword_rows,
+    "fields": field_rows,
+    "obstore": obstore_rows,
+}
 
 
 def render(spec: str) -> str:

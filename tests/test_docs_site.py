@@ -42,6 +42,20 @@ def test_the_api_reference_has_every_public_name(site: Path) -> None:
     assert not missing, missing
 
 
+API_PAGES = ["backends", "sharding", "convert", "integrity", "transfer", "server", "obspec"]
+
+
+@pytest.mark.parametrize("page", [*API_PAGES, "zarr_python", "testing"])
+def test_each_api_page_has_every_public_name_of_its_package(site: Path, page: str) -> None:
+    """The synchronous twins (``shard_store = blocking(shard_store_async)``) included."""
+    import importlib
+
+    module = importlib.import_module(f"asyncshard.{page}")
+    html = (site / "reference" / "api" / page / "index.html").read_text()
+    missing = [n for n in module.__all__ if f'id="asyncshard.{page}.{n}"' not in html]
+    assert not missing, missing
+
+
 def test_the_cli_reference_has_every_command(site: Path) -> None:
     page = (site / "reference" / "cli" / "index.html").read_text()
     assert cli.commands, "no commands"
@@ -72,13 +86,15 @@ def test_the_configuration_reference_lists_every_option_with_its_meaning(site: P
 
     from asyncshard.backends.cloud.store import CloudStore
     from asyncshard.backends.local.store import LocalStore
+    from asyncshard.integrity import repair_async
     from asyncshard.server.config import AppConfig
     from asyncshard.sharding.engine.adapter import ShardedAdapter
+    from asyncshard.transfer import copy_tree_async
 
     rows = config_rows(site)
     own = {
         name
-        for cls in (CloudStore, LocalStore, ShardedAdapter)
+        for cls in (CloudStore, LocalStore, ShardedAdapter, copy_tree_async, repair_async)
         for name, p in inspect.signature(cls).parameters.items()
         if p.kind is p.KEYWORD_ONLY and name != "config"
     } | {f.name for f in dataclasses.fields(AppConfig)}

@@ -18,7 +18,7 @@ from asyncshard.backends.cloud.checks import url_problem
 from asyncshard.backends.registry import keyword_names, refuse_malformed_scheme
 from asyncshard.backends.schemes import CLOUD_SCHEMES
 
-__all__ = ["storage_flags", "storage_options"]
+__all__ = ["pair_options", "storage_flags", "storage_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,3 +106,41 @@ def _typed_options() -> frozenset[str]:
     from asyncshard.backends.local import LocalStore
 
     return keyword_names(CloudStore, LocalStore) - {"url", "root", "config"}
+
+
+def _is_cloud(url: str) -> bool:
+    return "://" in url and urlsplit(url).scheme.lower() in CLOUD_SCHEMES
+
+
+def pair_options(
+    src: str,
+    dst: str,
+    flags: tuple[str | None, bool, Sequence[str]],
+    to: tuple[str | None, Sequence[str]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The storage options of a command's source and destination (``cp``, ``shard --to``):
+    the storage flags apply to each cloud URL of the two (``--anon`` to SRC only: writes
+    are signed); ``--to-endpoint``/``--to-option`` replace them for DST.
+
+    Args:
+        src: The source URL or path.
+        dst: The destination URL or path.
+        flags: ``--endpoint``, ``--anon`` and the ``-o`` pairs.
+        to: ``--to-endpoint`` and the ``--to-option`` pairs.
+    """
+    for url in (src, dst):
+        if "://" not in url:
+            refuse_malformed_scheme(url)  # s3:bucket is a typo, whatever flags follow
+    endpoint, anon, pairs = flags
+    if endpoint is not None and not (_is_cloud(src) or _is_cloud(dst)):
+        raise click.UsageError("--endpoint applies to s3://, gs:// and az:// URLs")
+    if anon and not _is_cloud(src):
+        raise click.UsageError("--anon applies to a cloud SRC (s3://, gs://, az://, http://)")
+    if pairs and not (_is_cloud(src) or _is_cloud(dst)):
+        raise click.UsageError("-o applies to cloud URLs; --to-option to a local DST")
+    src_options = storage_options(src, endpoint, anon, pairs) if _is_cloud(src) else {}
+    if to[0] is not None or to[1]:
+        dst_options = storage_options(dst, to[0], False, to[1], endpoint_flag="--to-endpoint")
+    else:
+        dst_options = storage_options(dst, endpoint, False, pairs) if _is_cloud(dst) else {}
+    return src_options, dst_options

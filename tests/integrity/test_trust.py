@@ -80,8 +80,8 @@ def test_a_source_shard_with_a_broken_index_is_named_and_the_run_goes_on(
     assert line.startswith("  not restored arr/c/5/1: SOURCE unreadable: ChecksumError")
     assert SHARD_KEY in line, "the SOURCE shard is named"
     assert f"DAMAGED {OTHER_SHARD} (arr): 0 chunks lost, 1 restored" in output
-    assert "2 damaged shards: 1 chunks lost, 1 restored, 1 not restored" in output
-    assert "1 shards repaired, 1 with damage remaining" in output
+    assert "2 damaged shards: 1 chunk lost, 1 restored, 1 not restored" in output
+    assert "1 shard repaired, 1 with damage remaining" in output
 
 
 def test_exit_statuses_follow_fsck(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_exit_statuses_follow_fsck(tmp_path: Path) -> None:
     assert run("repair", str(dst), "--from", str(src), "--dry-run")[0] == 1, "nothing repaired"
     code, output = run("repair", str(dst), "--from", str(src))
     assert code == 0, output
-    assert "all damage repaired" in output and "1 shards repaired, 0 with damage" in output
+    assert "all damage repaired" in output and "1 shard repaired, 0 with damage" in output
     assert run("verify", str(dst))[0] == 0
     assert run("verify", str(tmp_path / "missing"))[0] == 2
     assert run("verify", str(dst), "-a", "nope")[0] == 2

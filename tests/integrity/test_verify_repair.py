@@ -132,6 +132,7 @@ async def test_zarr_damage_is_found_and_repaired(
 
     report = await verify_async(str(tmp_path))
     assert not report.ok and report.datasets == ["arr"] and report.shards == 4
+    assert "1 dataset, 4 shards" in str(report) and "1 damaged shard:" in str(report)
     [found] = report.damaged
     assert (found.key, found.intact, found.action) == (SHARD_KEY, intact, None)
     assert reason in json.dumps(found.to_json())

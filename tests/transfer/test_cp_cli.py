@@ -32,7 +32,7 @@ def test_cp_one_object_into_a_folder_or_to_a_name(tmp_path: Path) -> None:
     assert code == 0, out
     assert read_tree(tmp_path / "dst") == {"f.bin": b"123", "sub/g.bin": b"123"}
     code, out = run("cp", str(tmp_path / "src/f.bin"), str(tmp_path / "dst/f.bin"))
-    assert code == 0 and "0 objects copied (0.00B), 1 already equal" in out
+    assert code == 0 and "0 objects copied (0 B), 1 already equal" in out
 
 
 def test_cp_usage_errors_exit_2(tmp_path: Path) -> None:

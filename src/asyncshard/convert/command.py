@@ -38,8 +38,9 @@ from asyncshard.convert.report import (
 from asyncshard.convert.zarr import convert_store
 from asyncshard.errors import AsyncShardError
 from asyncshard.formats.zarr3.keys import Separator
+from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.storage_flags import pair_options, storage_flags, storage_options
 from asyncshard.store import Store
 
 __all__ = ["reshard", "shard", "unshard"]
@@ -146,6 +147,7 @@ async def _convert(
         return await conversion(store, precomputed)
 
 
+@on_interrupt("arrays stay readable; run the same command again to finish the conversion")
 def _run(
     url: str,
     fmt: str,
@@ -156,15 +158,16 @@ def _run(
     quiet, as_json = options.pop("quiet"), options.pop("as_json")
     flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
     dest = options.pop("to", None)
-    dest_flags = options.pop("to_endpoint", None), False, options.pop("to_option", ())
+    dest_flags = options.pop("to_endpoint", None), options.pop("to_option", ())
     scheduler, workers = options.pop("dask_scheduler"), options.pop("dask_workers")
     if scheduler is not None and workers is not None:
         raise click.UsageError("give --dask-scheduler or --dask-workers, not both")
     bars = options.pop("progress")
     progress = Progress(quiet, sys.stderr.isatty() if bars is None else bars)
     try:
-        storage = storage_options(url, *flags)
-        if dest is not None:
+        if dest is None:
+            storage = storage_options(url, *flags)
+        else:
             if zarr_request is None:
                 raise click.UsageError("missing SHAPE (chunks per shard, e.g. 8 or 4,4,16)")
             if zarr_request.shard_shape is None:
@@ -177,8 +180,8 @@ def _run(
                 raise click.UsageError("--rebuild-manifest applies to in-place conversions")
             if options["sharding"] is not None:
                 raise click.UsageError(_SHARDING_APPLIES)
-            to_storage = storage_options(dest, *dest_flags, endpoint_flag="--to-endpoint")
-        elif dest_flags[0] is not None or dest_flags[2]:
+            storage, to_storage = pair_options(url, dest, flags, dest_flags)
+        if dest is None and (dest_flags[0] is not None or dest_flags[1]):
             raise click.UsageError("--to-endpoint and --to-option need --to DEST")
         with _dask(scheduler, workers) as client:
             common = {
@@ -354,7 +357,9 @@ _TO = [
         help="Write the sharded copy of the whole hierarchy (Zarr v2 or v3; OME-Zarr 0.4 "
         "becomes 0.5) to DEST and leave URL untouched.",
     ),
-    click.option("--to-endpoint", metavar="URL", help="--endpoint of DEST."),
+    click.option(
+        "--to-endpoint", metavar="URL", help="--endpoint of DEST (then -o is URL's only)."
+    ),
     click.option("--to-option", multiple=True, metavar="KEY=VALUE", help="-o of DEST. Repeatable."),
 ]
 
@@ -387,8 +392,9 @@ def shard(
 
     Chunk bytes are moved, not re-encoded; arrays already in that layout are skipped;
     an interrupted run leaves readable arrays and is completed by running it again.
-    With --to DEST, the sharded copy goes to DEST (Zarr v2 sources need it); storage
-    flags apply to URL, --to-endpoint and --to-option to DEST.
+    With --to DEST, the sharded copy goes to DEST (Zarr v2 sources need it); the
+    storage flags apply to each cloud URL of the two (--anon to URL only), and
+    --to-endpoint and --to-option set DEST's instead.
     """
     request = None
     if shape is not None:

@@ -18,6 +18,7 @@ __all__ = [
     "ProgressEvent",
     "TaskDone",
     "TaskResult",
+    "decimal_size",
     "describe_change",
 ]
 
@@ -119,7 +120,7 @@ class ArrayReport:
         if not copy:
             counts.append(f"{_count(self.objects_deleted, 'superseded object')} removed")
         passes = f" in {self.passes} passes" if self.passes > 1 else ""
-        counts.append(f"{_megabytes(self.bytes_written)} written{passes}")
+        counts.append(f"{decimal_size(self.bytes_written)} written{passes}")
         resumed = ["an interrupted run finished"] if self.resumed else []
         tail = "".join(f"; {n}" for n in (*self.notes, *resumed))
         return (
@@ -153,7 +154,9 @@ def describe_change(source: str, target: str) -> str:
         return f"{source} → {target}"
 
     def layout(kind: str, shape: str | None) -> str:
-        return f"{kind} ({shape} chunks per shard)" if shape else kind
+        if not shape:
+            return kind
+        return f"{kind} ({shape} {'chunk' if shape == '1' else 'chunks'} per shard)"
 
     text = f"{layout(*before.groups()[:2])} → {layout(*after.groups()[:2])}"
     old_keys, keys = before.group(3), after.group(3)
@@ -166,8 +169,12 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _megabytes(n: int) -> str:
-    """Bytes in decimal units: ``512 B``, ``24.6 kB``, ``3.1 MB``, ``1.2 GB``."""
+def decimal_size(n: int) -> str:
+    """Bytes in decimal units: ``512 B``, ``24.6 kB``, ``3.1 MB``, ``1.2 GB``.
+
+    Args:
+        n: The number of bytes.
+    """
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
@@ -239,6 +246,6 @@ class ConversionSummary:
         left = (f", {skipped} skipped" if copy else left) if skipped else ""
         lines.append(
             f"Total: {done} {where}{left}; {moved}, "
-            f"{_megabytes(self.bytes_moved)} written in {self.seconds:.1f} s"
+            f"{decimal_size(self.bytes_moved)} written in {self.seconds:.1f} s"
         )
         return "\n".join(lines)

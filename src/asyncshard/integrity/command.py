@@ -21,6 +21,7 @@ from asyncshard.errors import (
 )
 from asyncshard.integrity.report import IntegrityReport
 from asyncshard.integrity.scan import DEFAULT_IN_FLIGHT, repair_async, verify_async
+from asyncshard.interrupts import on_interrupt
 from asyncshard.storage_flags import storage_flags, storage_options
 
 __all__ = ["repair", "verify"]
@@ -78,6 +79,10 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+@on_interrupt(
+    "shards not yet read are unchecked (a repair leaves each shard whole: repaired or as it "
+    "was); run the same command again"
+)
 def _run(
     scan: Callable[..., Coroutine[Any, Any, IntegrityReport]],
     url: str,

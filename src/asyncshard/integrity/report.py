@@ -131,16 +131,18 @@ class IntegrityReport:
             )
             lines.extend(f"  fault: {fault}" for fault in d.faults)
         lines.append(
-            f"{len(self.datasets)} datasets, {self.shards} shards, {self.chunks} intact chunks"
+            f"{_count(len(self.datasets), 'dataset')}, {_count(self.shards, 'shard')}, "
+            f"{_count(self.chunks, 'intact chunk')}"
             f"{' (decoded)' if self.decoded else ''}: {self.verified} checked intact"
             + "".join(f", {n} not verifiable ({why})" for why, n in sorted(self.unverified.items()))
         )
         if self.damaged:
             c = self._counts()
             lines.append(
-                f"{len(self.damaged)} damaged shards: {c['lost']} chunks lost, "
-                f"{c['restored']} restored, {c['not_restored']} not restored; "
-                f"{c['repaired']} shards repaired, {c['remaining']} with damage remaining"
+                f"{_count(len(self.damaged), 'damaged shard')}: {_count(c['lost'], 'chunk')} "
+                f"lost, {c['restored']} restored, {c['not_restored']} not restored; "
+                f"{_count(c['repaired'], 'shard')} repaired, {c['remaining']} with damage "
+                "remaining"
             )
         if not self.damaged:
             state = "all intact" if not self.unverified else "no damage found"
@@ -148,3 +150,7 @@ class IntegrityReport:
             state = "damage remains" if self.remaining else "all damage repaired"
         lines.append(f"{state} ({self.seconds:.1f} s)")
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

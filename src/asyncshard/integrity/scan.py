@@ -261,8 +261,16 @@ async def verify_async(
 ) -> IntegrityReport:
     """Inspect every shard of the sharded datasets at ``location`` (see the package).
 
-    ``datasets``: Zarr array paths or precomputed scale keys (default: all). Changes
-    nothing; ``report.ok`` says whether everything is intact.
+    Changes nothing; ``report.ok`` says whether everything is intact.
+
+    Args:
+        location: The store (a Store, a URL or a path).
+        datasets: Zarr array paths or precomputed scale keys (default: all).
+        decode: Also decode every chunk through its codecs (slower; finds damage no
+            checksum covers).
+        max_in_flight: Whole shards in memory at once.
+        on_shard: Called with each shard key once it is inspected (a progress bar).
+        storage_options: Options to open ``location`` with (a URL only).
     """
     return await _scan(
         location,
@@ -293,8 +301,20 @@ async def repair_async(
     meanwhile is left alone. ``source`` (opened with ``source_storage_options``) holds
     the same datasets in any layout: lost chunks it has are put back (see
     :mod:`~asyncshard.integrity.datasets`). The report lists every chunk restored and
-    every chunk lost (which then reads as the fill value) and what was done;
-    ``dry_run`` changes nothing."""
+    every chunk lost (which then reads as the fill value) and what was done.
+
+    Args:
+        location: The store (a Store, a URL or a path).
+        datasets: Zarr array paths or precomputed scale keys (default: all).
+        decode: Also decode every chunk through its codecs; a chunk that fails is lost.
+        dry_run: Report what would be rewritten; change nothing.
+        max_in_flight: Whole shards in memory at once.
+        on_shard: Called with each shard key once it is inspected (a progress bar).
+        storage_options: Options to open ``location`` with (a URL only).
+        source: A store with the same datasets in any layout, to put lost chunks back
+            from (``None``: lost chunks stay lost).
+        source_storage_options: Options to open ``source`` with (a URL only).
+    """
     return await _scan(
         location,
         datasets,

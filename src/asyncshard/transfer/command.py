@@ -12,30 +12,39 @@ import os
 import sys
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 from tqdm import tqdm
 
-from asyncshard.backends.schemes import CLOUD_SCHEMES
 from asyncshard.convert.api import run_sync
 from asyncshard.errors import (
     AsyncShardError,
+    BucketNotFoundError,
     CopyError,
     InvalidKeyError,
     OverlappingStoresError,
+    ReadOnlyError,
     StoreConfigError,
     UnknownSchemeError,
 )
+from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.storage_flags import pair_options, storage_flags
 from asyncshard.transfer.copying import DEFAULT_MAX_BUFFER, DEFAULT_PART_SIZE, copy_tree_async
 from asyncshard.transfer.summary import CopiedObject, CopySummary
 
 __all__ = ["cp", "split_object_url"]
 
 #: Errors that are the command line's mistake (exit status 2).
-_USAGE_ERRORS = (OverlappingStoresError, StoreConfigError, InvalidKeyError, UnknownSchemeError)
+_USAGE_ERRORS = (
+    OverlappingStoresError,
+    StoreConfigError,
+    InvalidKeyError,
+    UnknownSchemeError,
+    ReadOnlyError,
+)
+#: ... except these, failures as for every other command (exit status 1).
+_FAILURES = (BucketNotFoundError,)
 
 
 class _UsageFailure(click.ClickException):
@@ -87,30 +96,6 @@ def split_object_url(url: str) -> tuple[str, str]:
     return folder, name
 
 
-def _is_cloud(url: str) -> bool:
-    return "://" in url and urlsplit(url).scheme.lower() in CLOUD_SCHEMES
-
-
-def _options(
-    src: str, dst: str, flags: tuple[str | None, bool, tuple[str, ...]], to: tuple[Any, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Storage options of SRC and DST: the storage flags apply to each cloud URL (--anon
-    to SRC only: writes are signed); --to-endpoint/--to-option replace them for DST."""
-    endpoint, anon, pairs = flags
-    if endpoint is not None and not (_is_cloud(src) or _is_cloud(dst)):
-        raise click.UsageError("--endpoint applies to s3://, gs:// and az:// URLs")
-    if anon and not _is_cloud(src):
-        raise click.UsageError("--anon applies to a cloud SRC (s3://, gs://, az://, http://)")
-    if pairs and not (_is_cloud(src) or _is_cloud(dst)):
-        raise click.UsageError("-o applies to cloud URLs; --to-option to a local DST")
-    src_options = storage_options(src, endpoint, anon, pairs) if _is_cloud(src) else {}
-    if to[0] is not None or to[1]:
-        dst_options = storage_options(dst, to[0], False, to[1], endpoint_flag="--to-endpoint")
-    else:
-        dst_options = storage_options(dst, endpoint, False, pairs) if _is_cloud(dst) else {}
-    return src_options, dst_options
-
-
 @click.command("cp")
 @click.argument("src")
 @click.argument("dst")
@@ -146,12 +131,28 @@ def cp(src: str, dst: str, recursive: bool, **options: Any) -> None:
     cloud URL (--anon to SRC only); --to-endpoint and --to-option set DST's instead.
     Exits 1 if any object failed (naming the first ones), or if SRC holds nothing.
     """
+    _copy(src, dst, recursive, options)
+
+
+@on_interrupt("objects copied so far are whole; run the same command again to copy the rest")
+def _copy(src: str, dst: str, recursive: bool, options: dict[str, Any]) -> None:
+    """The cp command, its options as click passed them."""
     flags = options.pop("endpoint"), options.pop("anon"), options.pop("option")
     to = options.pop("to_endpoint"), options.pop("to_option")
-    src_options, dst_options = _options(src, dst, flags, to)
+    try:
+        src_options, dst_options = pair_options(src, dst, flags, to)
+    except UnknownSchemeError as exc:  # s3:bucket, a typo
+        raise _UsageFailure(f"{type(exc).__name__}: {exc}") from None
+    part_size, max_buffer = options.pop("part_size"), options.pop("max_buffer")
+    for name, value in (("--part-size", part_size), ("--max-buffer", max_buffer)):
+        if value <= 0:
+            raise click.BadParameter("must be more than 0 bytes", param_hint=name)
     prefix = dst_prefix = ""
     keys: list[str] | None = None
-    if not recursive:
+    if recursive:
+        if "://" not in src and os.path.isfile(src):
+            raise click.UsageError(f"{src!r} is a file: copy it without -r")
+    else:
         if "://" not in src and os.path.isdir(src):
             raise click.UsageError(f"{src!r} is a folder: copy it with cp -r")
         src, name = split_object_url(src)
@@ -162,7 +163,8 @@ def cp(src: str, dst: str, recursive: bool, **options: Any) -> None:
         prefix, dst_prefix, keys = name, target, [name]
     bars = options.pop("progress")
     quiet, as_json = options.pop("quiet"), options.pop("as_json")
-    progress = CopyProgress(sys.stderr.isatty() if bars is None else bars, quiet)
+    # one object: no bar, and its failure is the error line, not a line above a bar
+    progress = CopyProgress(sys.stderr.isatty() if bars is None else bars, quiet or not recursive)
     try:
         summary = run_sync(
             copy_tree_async(
@@ -172,8 +174,8 @@ def cp(src: str, dst: str, recursive: bool, **options: Any) -> None:
                 dst_prefix,
                 keys=keys,
                 size_only=options.pop("size_only"),
-                part_size=options.pop("part_size"),
-                max_buffer=options.pop("max_buffer"),
+                part_size=part_size,
+                max_buffer=max_buffer,
                 progress=progress,
                 storage_options=src_options,
                 dst_storage_options=dst_options,
@@ -181,12 +183,15 @@ def cp(src: str, dst: str, recursive: bool, **options: Any) -> None:
         )
     except CopyError as exc:
         progress.close()
+        if keys is not None:  # one object: its error is the whole story
+            raise click.ClickException(exc.summary.failures[0][1]) from None
         _report(exc.summary, as_json, quiet)
         raise click.ClickException(
             "\n".join([f"failed ({exc.summary.failed}):", *exc.summary.failure_lines()])
         ) from None
     except (AsyncShardError, OSError, ValueError) as exc:
-        kind = _UsageFailure if isinstance(exc, _USAGE_ERRORS) else click.ClickException
+        usage = isinstance(exc, _USAGE_ERRORS) and not isinstance(exc, _FAILURES)
+        kind = _UsageFailure if usage else click.ClickException
         raise kind(f"{type(exc).__name__}: {exc}") from None
     finally:
         progress.close()

@@ -27,6 +27,7 @@ from asyncshard.errors import (
     CopyError,
     NothingToCopyError,
     OverlappingStoresError,
+    ReadOnlyError,
     UnsupportedOperationError,
 )
 from asyncshard.keys import validate_prefix
@@ -92,6 +93,7 @@ async def copy_tree_async(
     Raises:
         NothingToCopyError: the source holds no object below ``prefix``.
         OverlappingStoresError: source and destination overlap (before any request).
+        ReadOnlyError: the destination takes no writes (plain HTTP; before any request).
         CopyError: some objects failed; the others were copied (``.summary``).
     """
     if part_size <= 0:
@@ -100,6 +102,8 @@ async def copy_tree_async(
     prefix, dst_prefix = validate_prefix(prefix), validate_prefix(dst_prefix)
     async with opened(src, storage_options) as source, opened(dst, dst_storage_options) as target:
         check_apart(source, prefix, target, dst_prefix, exact=keys is not None)
+        if not target.supports_writes:  # one refusal, not one failure per object
+            raise ReadOnlyError(f"cannot copy into {_where(target, dst_prefix)}: it is read-only")
         copier = _Copier(source, target, prefix, dst_prefix, budget, part_size, size_only)
         copier.progress = progress
         await copier.run(keys)
@@ -221,7 +225,8 @@ class _Copier:
         if meta is None:
             meta = await self.src.head(key)
             if meta is None:
-                raise VanishedError(f"{key}: no such object at the source")
+                await self.src.get(key)  # a missing bucket says so here; a HEAD cannot
+                raise NothingToCopyError(f"no such object: {_where(self.src, key)}")
         target = self.dst_prefix + key[len(self.prefix) :]
         share = await self.budget.acquire(self._share(meta.size))
         try:

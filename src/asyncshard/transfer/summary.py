@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tqdm import tqdm
+from asyncshard.convert.report import decimal_size
 
 __all__ = ["ByteBudget", "CopiedObject", "CopySummary"]
 
@@ -62,7 +62,7 @@ class CopySummary:
         return self.copied + self.skipped + self.failed
 
     def __str__(self) -> str:
-        size = tqdm.format_sizeof(self.bytes_copied, "B", 1024)
+        size = decimal_size(self.bytes_copied)
         text = f"{_objects(self.copied)} copied ({size}), {self.skipped} already equal"
         if self.failed:
             text += f", {self.failed} failed"

@@ -1,0 +1,56 @@
+"""Ctrl-C ends a command with one line saying how to finish and status 130 (never
+click's bare "Aborted!" with status 1, which ``verify`` means as "damage found")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import asyncshard
+import asyncshard.integrity.command as integrity_command
+from asyncshard.cli import cli
+from asyncshard.interrupts import EXIT_INTERRUPTED
+from tests.convert.helpers import make_array
+
+SRC = str(Path(asyncshard.__file__).resolve().parents[1])
+
+
+def test_ctrl_c_during_shard_says_a_rerun_finishes_and_one_does(tmp_path: Path) -> None:
+    make_array(tmp_path / "d" / "arr", (64, 64, 64), (4, 4, 4), compressors=None, sparse=False)
+    command = [sys.executable, "-m", "asyncshard", "shard", str(tmp_path / "d"), "4"]
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": SRC, "HOME": "/nonexistent"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while b"pass 1/2" not in proc.stderr.read1(4096):  # the pass line: under way
+        assert proc.poll() is None and time.monotonic() < deadline
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, err.decode()
+    assert b"Traceback" not in err and b"Aborted" not in err
+    assert b"Error: interrupted: arrays stay readable; run the same command again" in err
+    rerun = subprocess.run(command, env=env, capture_output=True, timeout=300, check=False)
+    assert rerun.returncode == 0, rerun.stderr.decode()
+    assert b"1 array converted in place" in rerun.stdout
+
+
+@pytest.mark.parametrize("name", ["verify", "repair"])
+def test_ctrl_c_during_verify_or_repair_is_not_damage(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(coro: Any) -> Any:
+        coro.close()  # as Ctrl-C before the scan's first await
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(integrity_command, "run_sync", interrupted)
+    result = CliRunner().invoke(cli, [name, str(tmp_path)])
+    assert result.exit_code == EXIT_INTERRUPTED  # not 1, "damage remains"
+    assert result.stderr.startswith("Error: interrupted: shards not yet read are unchecked")
