@@ -153,3 +153,14 @@ class ShardShapeError(ConversionError, ValueError):
 class OverlappingStoresError(ConversionError, ValueError):
     """A copy's destination is its source, lies inside it or holds it (compared as
     places: backend, endpoint, bucket and prefix, not as written)."""
+
+
+class ThrottledError(StoreConnectionError):
+    """The backend kept refusing a request for its rate (S3 ``SlowDown``/503, 429, GCS
+    ``rateLimitExceeded``, Azure ``ServerBusy``) until the store's time budget
+    (``throttle_timeout``) ran out; ``rate`` is the request rate (per second) the
+    endpoint's window had reached."""
+
+    def __init__(self, message: str, *, rate: float) -> None:
+        super().__init__(message)
+        self.rate = rate
