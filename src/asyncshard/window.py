@@ -12,11 +12,13 @@ short:
   :data:`FLOOR`). Throughput that stops growing stops the window growing.
 * **Throttling** (S3 ``SlowDown``/503, 429, GCS ``rateLimitExceeded``, Azure
   ``ServerBusy``): at most once per round trip the window is cut to :data:`BETA` times
-  itself (down to one request). Once it is at one request and still throttled (a
-  round trip shorter than the allowed rate's interval), requests are paced instead: the
-  pacing rate is cut to :data:`BETA` times what was delivered, climbs back linearly
-  (:data:`RECOVERY` of itself per second) and is dropped after :data:`PACE_FORGET`
-  seconds without throttling. ``Retry-After`` pauses every
+  itself (down to one request). When most recent answers are refusals
+  (:data:`PACE_REFUSED`: the rate is the problem, not scattered noise; with a short
+  round trip even one request in flight passes the allowed rate), requests are paced
+  too: the rate is cut to :data:`BETA` times what was delivered, then to :data:`BETA`
+  times itself on each refusal (at most once per :data:`PACE_CUT` requests), climbs
+  back linearly (:data:`RECOVERY` of itself per second) and is dropped after
+  :data:`PACE_FORGET` seconds without throttling. ``Retry-After`` pauses every
   admission until it has passed. A throttled request gives its place back and queues
   again at the front (:meth:`Window.retry_after_throttle`): retries are paced by the
   window, not counted.
@@ -76,14 +78,24 @@ BETA = 0.7
 RECOVERY = 0.2
 #: Seconds without throttling after which pacing is dropped.
 PACE_FORGET = 30.0
+#: Pacing starts when this share of the recent answers (a moving average of gain
+#: :data:`REFUSED_GAIN`) were throttling refusals; once paced, a throttling answer cuts
+#: the rate while the share is above :data:`PACE_KEEP`, at most once per
+#: :data:`PACE_CUT` paced requests.
+PACE_REFUSED = 0.25
+PACE_KEEP = 0.1
+REFUSED_GAIN = 1 / 16
+PACE_CUT = 8.0
 #: Slowest pacing rate, requests per second.
 MIN_RATE = 1.0
 #: Bytes in flight per endpoint at most, by default.
 DEFAULT_MAX_BYTES = 256 << 20
 #: What a whole-object read reserves before any has completed.
 INITIAL_ESTIMATE = 1 << 20
-#: Smallest interval over which a delivery rate is sampled, seconds.
+#: Smallest interval between two cuts, seconds (a round trip, if longer).
 MIN_SAMPLE = 0.01
+#: Smallest interval over which a delivery rate is sampled, seconds.
+RATE_SAMPLE = 0.1
 #: Delivery-rate samples kept for the maximum; minimum round trips expire after this.
 RATE_SAMPLES = 10
 RTT_EXPIRY = 10.0
@@ -153,6 +165,7 @@ class Window:
     min_rtt: float | None = None
     _min_rtt_at: float = 0.0
     _rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
+    _done_at: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     _sample_start: float = field(default_factory=time.monotonic)
     _sample_done: int = 0
     _last_rate: float = 0.0
@@ -161,6 +174,7 @@ class Window:
     _pace_at: float = 0.0  # when it was cut
     _next_send: float = 0.0
     _last_cut: float = -math.inf
+    _refused: float = 0.0  # moving share of answers that were throttling refusals
     _waiters: deque[_Waiter] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _timer: asyncio.TimerHandle | None = None
@@ -243,17 +257,24 @@ class Window:
         now = time.monotonic()
         with self._lock:
             self.throttles += 1
+            self._refused += REFUSED_GAIN * (1.0 - self._refused)
             if retry_after is not None and retry_after > 0:
                 self._next_send = max(self._next_send, now + retry_after)
-            if now - self._last_cut < max(self.srtt or 0.0, MIN_SAMPLE):
+            paced = self._pace(now)
+            gap = max(self.srtt or 0.0, MIN_SAMPLE, 0.0 if paced is None else PACE_CUT / paced)
+            if now - self._last_cut < gap:
                 return
             self._last_cut = now
             self.cuts += 1
-            if self.cwnd > 1.0:
-                self.ssthresh = self.cwnd = max(1.0, self.cwnd * BETA)
-                return
-            # one request at a time is still too many (a short round trip): pace
-            sending = self._pace(now) or max(self._delivery_rate(now), MIN_RATE)
+            self.ssthresh = self.cwnd = max(1.0, self.cwnd * BETA)
+            if self._refused < (PACE_REFUSED if paced is None else PACE_KEEP):
+                return  # scattered refusals: the window alone answers them
+            # most answers are refusals: the rate, not the window, must come down (a
+            # round trip so short that a few requests in flight pass the allowed rate)
+            measured = self._delivery_rate(now)
+            if paced is None and not measured:
+                return  # nothing delivered to measure yet: the next refusal paces
+            sending = max(measured, MIN_RATE) if paced is None else paced
             self._pace_base = max(MIN_RATE, sending * BETA)
             self._pace_at = now
 
@@ -328,6 +349,8 @@ class Window:
     def _measure(self, held: Slot, now: float) -> None:
         rtt = now - held.started
         self.completed += 1
+        self._done_at.append(now)
+        self._refused -= REFUSED_GAIN * self._refused
         self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
         if self.min_rtt is None or rtt < self.min_rtt or now - self._min_rtt_at > RTT_EXPIRY:
             self.min_rtt, self._min_rtt_at = rtt, now
@@ -335,7 +358,7 @@ class Window:
             self._estimate = 0.9 * self._estimate + 0.1 * max(held.actual, 1)
         self._sample_done += 1
         elapsed = now - self._sample_start
-        if elapsed >= max(MIN_SAMPLE, self.srtt):
+        if elapsed >= max(RATE_SAMPLE, self.srtt):
             self._last_rate = self._sample_done / elapsed
             self._rates.append(self._last_rate)
             self._sample_start, self._sample_done = now, 0
@@ -344,7 +367,17 @@ class Window:
             self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
 
     def _delivery_rate(self, now: float) -> float:
-        return self._last_rate
+        """Requests completed per second lately: over the last :data:`RATE_SAMPLE`
+        seconds or four round trips, from the first completion in that span."""
+        span = max(RATE_SAMPLE, 4 * (self.srtt or 0.0))
+        done, first = 0, now
+        for at in reversed(self._done_at):
+            if at < now - span:
+                break
+            done, first = done + 1, at
+        if done < 2:
+            return 0.0
+        return (done - 1) / max(now - first, MIN_SAMPLE)
 
     def _pace(self, now: float) -> float | None:
         if self._pace_base is None:
