@@ -75,7 +75,7 @@ GAIN = 2.0
 #: Multiplicative decrease on throttling (CUBIC's and the AWS SDKs' 0.7).
 BETA = 0.7
 #: A paced rate grows by this fraction of its value after the cut, per second.
-RECOVERY = 0.2
+RECOVERY = 0.5
 #: Seconds without throttling after which pacing is dropped.
 PACE_FORGET = 30.0
 #: Pacing starts when this share of the recent answers (a moving average of gain
@@ -177,7 +177,9 @@ class Window:
     _refused: float = 0.0  # moving share of answers that were throttling refusals
     _waiters: deque[_Waiter] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _timer: asyncio.TimerHandle | None = None
+    _timer: asyncio.Handle | None = None  # uvloop's timers are plain handles
+    _timer_loop: asyncio.AbstractEventLoop | None = None
+    _timer_due: float = 0.0
 
     # -- admission ----------------------------------------------------------------------
 
@@ -411,17 +413,23 @@ class Window:
             self._arm(wait)
 
     def _arm(self, delay: float) -> None:
-        """Dispatch again after ``delay`` (pacing): one timer on the running loop."""
+        """Dispatch again after ``delay`` (pacing): a timer on the running loop, unless
+        one of this loop fires sooner."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        if self._timer is not None and not self._timer.cancelled():
-            when = loop.time() + delay
-            if self._timer.when() <= when + 1e-4 and self._timer.when() >= loop.time():
+        due = time.monotonic() + delay
+        timer = self._timer
+        if timer is not None and self._timer_loop is loop and not timer.cancelled():
+            if self._timer_due <= due + 1e-4:
                 return
-            self._timer.cancel()
-        self._timer = loop.call_later(delay, self._fire)
+            timer.cancel()
+        self._timer, self._timer_loop, self._timer_due = (
+            loop.call_later(delay, self._fire),
+            loop,
+            due,
+        )
 
     def _fire(self) -> None:
         self._timer = None
