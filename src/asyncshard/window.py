@@ -193,9 +193,10 @@ class Window:
         try:
             yield held
         finally:
-            entry = _current.get()
+            entry = _current.get()  # the slot held now (a retry may have traded it)
             _current.reset(token)
-            self.release(held if entry is None else entry[1])
+            if entry is not None:
+                self.release(entry[1])
 
     def estimate(self, nbytes: int | None) -> int:
         """The reservation of a request of ``nbytes`` (``None``: unknown size)."""
@@ -249,6 +250,7 @@ class Window:
         _, old = entry
         with self._lock:
             self._settle(old, time.monotonic())
+        _current.set(None)  # nothing held while waiting (cancelled: nothing to give back)
         self._dispatch()
         _current.set((self, await self.acquire(old.nbytes, front=True)))
 

@@ -171,3 +171,23 @@ async def test_stores_on_one_endpoint_share_one_window(
     await asyncio.gather(seed(one, 30), seed(two, 20))
     assert window_of(one).state().completed - start == 50
     assert len(front.log) == 50
+
+
+async def test_a_throttled_request_cancelled_while_it_waits_gives_back_its_place() -> None:
+    """A request throttled inside its slot waits for a place again; cancelled meanwhile
+    it holds nothing: the window's counters come back to zero, never below."""
+    window = Window()
+
+    async def request() -> None:
+        async with window.slot(100):
+            await window.retry_after_throttle(retry_after=60)
+
+    task = asyncio.ensure_future(request())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done() and window.state().in_flight == 0  # waiting, holding nothing
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    state = window.state()
+    assert (state.in_flight, state.bytes_in_flight, state.throttles) == (0, 0, 1)
