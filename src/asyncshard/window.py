@@ -86,6 +86,8 @@ PACE_REFUSED = 0.25
 PACE_KEEP = 0.1
 REFUSED_GAIN = 1 / 16
 PACE_CUT = 8.0
+#: Paced requests that may go at once to catch up with a timer that fired late.
+PACE_BURST = 2.0
 #: Slowest pacing rate, requests per second.
 MIN_RATE = 1.0
 #: Bytes in flight per endpoint at most, by default.
@@ -339,8 +341,8 @@ class Window:
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         self.peak_bytes = max(self.peak_bytes, self.bytes_in_flight)
         rate = self._pace(now)
-        if rate is not None:
-            self._next_send = max(self._next_send, now) + 1.0 / rate
+        if rate is not None:  # a late timer is caught up with: up to PACE_BURST at once
+            self._next_send = max(self._next_send, now - PACE_BURST / rate) + 1.0 / rate
         return Slot(size, now)
 
     def _settle(self, held: Slot, now: float) -> None:
