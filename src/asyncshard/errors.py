@@ -173,3 +173,14 @@ class CopyError(AsyncShardError):
 class NothingToCopyError(AsyncShardError):
     """A recursive copy found no object at its source (a mistyped prefix, an empty
     folder): never a silent success."""
+
+
+class ThrottledError(StoreConnectionError):
+    """The backend kept refusing a request for its rate (S3 ``SlowDown``/503, 429, GCS
+    ``rateLimitExceeded``, Azure ``ServerBusy``) until the store's time budget
+    (``throttle_timeout``) ran out; ``rate`` is the request rate (per second) the
+    endpoint's window had reached."""
+
+    def __init__(self, message: str, *, rate: float) -> None:
+        super().__init__(message)
+        self.rate = rate

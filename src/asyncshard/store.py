@@ -25,19 +25,15 @@ Conventions (identical on every store):
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 from asyncshard.buffers import BytesLike, Data
-from asyncshard.errors import (
-    ReadOnlyError,
-    UnsupportedOperationError,
-)
+from asyncshard.errors import ReadOnlyError, UnsupportedOperationError
 from asyncshard.fanout import gather_settled
 from asyncshard.keys import dir_prefix, split_dir, validate_key, validate_prefix
 from asyncshard.limits import LoopSemaphores
@@ -52,7 +48,10 @@ from asyncshard.objects import (
     check_condition,
     retry_on_conflict,
 )
-from asyncshard.ranges import MAX_OVERFETCH, ByteRange, Offset, Range, Suffix, coalesce, resolve
+from asyncshard.partial import patch, read_ranges
+from asyncshard.ranges import MAX_OVERFETCH, ByteRange
+from asyncshard.tree_verbs import TreeVerbs
+from asyncshard.window import Window, in_slot, span_of
 
 __all__ = [
     "WOULD_WAIT",
@@ -78,11 +77,9 @@ T = TypeVar("T")
 DEFAULT_MAX_GAP = 64 * 1024
 DEFAULT_MAX_REQUEST = 16 * 1024 * 1024
 DEFAULT_MAX_CONCURRENCY = 32
-#: Keys HEADed at a time by the default :meth:`Store.list_objects`.
-LIST_HEAD_BATCH = 256
 
 
-class Store(ABC):
+class Store(TreeVerbs, ABC):
     """Abstract async key-value store; see the module docstring for the conventions.
 
     Each public verb validates its keys, counts the call, then runs primitives:
@@ -124,10 +121,14 @@ class Store(ABC):
         *,
         max_gap: int = DEFAULT_MAX_GAP,
         max_request: int = DEFAULT_MAX_REQUEST,
-        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_concurrency: int | None = DEFAULT_MAX_CONCURRENCY,
         max_overfetch: float | None = MAX_OVERFETCH,
     ) -> None:
-        if max_gap < 0 or max_request <= 0 or max_concurrency <= 0:
+        if (
+            max_gap < 0
+            or max_request <= 0
+            or (max_concurrency is not None and max_concurrency <= 0)
+        ):
             raise ValueError("max_gap must be >= 0; max_request, max_concurrency > 0")
         if max_overfetch is not None and not max_overfetch >= 0:
             raise ValueError("max_overfetch must be >= 0, or None for no bound")
@@ -136,7 +137,10 @@ class Store(ABC):
         self.max_overfetch = max_overfetch
         self.max_concurrency = max_concurrency
         self.stats = StoreStats()
-        self._limits = LoopSemaphores(max_concurrency)
+        self._limits = None if max_concurrency is None else LoopSemaphores(max_concurrency)
+        #: The adaptive request window shared with every store on the same endpoint
+        #: (:mod:`asyncshard.window`); ``None``: only ``max_concurrency`` bounds requests.
+        self.window: Window | None = None
 
     # -- capabilities -------------------------------------------------------------------
 
@@ -240,10 +244,10 @@ class Store(ABC):
         """Copy one object to another key (atomically replacing it); return its size, or
         ``None`` if ``source`` is missing. The default reads and writes it; backends
         that copy without moving the bytes (hard links, server-side copies) override it."""
-        data = await self._bounded(self._get_data(source, None))
+        data = await self._bounded(self._get_data(source, None), None)
         if data is None:
             return None
-        await self._bounded(self._set(target, data, None, False))
+        await self._bounded(self._set(target, data, None, False), len(data))
         return len(data)
 
     async def _copy_many(self, pairs: Sequence[tuple[str, str]]) -> list[int | None]:
@@ -253,12 +257,14 @@ class Store(ABC):
     async def _get_many(self, keys: Sequence[str]) -> list[Data | None]:
         """Read distinct whole objects. The default reads each under the concurrency
         bound; backends that read a batch more cheaply (one worker thread) override it."""
-        return await gather_settled(self._bounded(self._get_data(k, None)) for k in keys)
+        return await gather_settled(self._bounded(self._get_data(k, None), None) for k in keys)
 
     async def _set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         """Write distinct objects unconditionally, each atomically; return their versions.
         The default writes each under the concurrency bound; backends override it."""
-        return await gather_settled(self._bounded(self._set(k, v, None, False)) for k, v in items)
+        return await gather_settled(
+            self._bounded(self._set(k, v, None, False), len(v)) for k, v in items
+        )
 
     async def _erase_if_match(self, key: str, version: str) -> None:
         """Delete one object only if it is at ``version``; ``ConflictError`` otherwise."""
@@ -272,14 +278,10 @@ class Store(ABC):
         """Keys and child prefixes directly below the directory ``prefix``."""
         return split_dir(prefix, [key async for key in self._list(prefix)])
 
-    async def _close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+    async def _close(self) -> None:
         """Release backend resources."""
 
     # -- plumbing -----------------------------------------------------------------------
-
-    def _limit(self) -> asyncio.Semaphore:
-        """The running event loop's semaphore (``max_concurrency`` calls at a time)."""
-        return self._limits.get()
 
     def _count_request(self, kind: str, n: int = 1) -> None:
         """Count ``n`` more requests of ``kind`` sent to the backend.
@@ -293,12 +295,17 @@ class Store(ABC):
         """
         self.stats.requests[kind] += n
 
-    async def _bounded(self, awaitable: Awaitable[T]) -> T:
-        """``awaitable`` run under the concurrency bound. Cancelled while waiting for a
-        place, it is closed unstarted (no "coroutine was never awaited" warning)."""
+    async def _bounded(self, awaitable: Awaitable[T], nbytes: int | None = 0) -> T:
+        """``awaitable`` run under the store's bounds: ``max_concurrency`` (a plain
+        per-loop bound) and the endpoint's :attr:`window`, reserving ``nbytes`` (``None``:
+        a whole-object read of unknown size, whose real size is counted once known).
+        Cancelled while waiting for a place, it is closed unstarted (no "coroutine was
+        never awaited" warning)."""
         try:
-            async with self._limit():
-                return await awaitable
+            if self._limits is None:
+                return await in_slot(self.window, awaitable, nbytes)
+            async with self._limits.get():
+                return await in_slot(self.window, awaitable, nbytes)
         except BaseException:
             if inspect.iscoroutine(awaitable):
                 awaitable.close()  # a no-op once it ran
@@ -309,7 +316,7 @@ class Store(ABC):
     ) -> GetResult | None:
         """One counted, concurrency-bounded backend read."""
         self.stats.requests["get"] += 1
-        result = await self._bounded(self._get(key, byte_range, if_match))
+        result = await self._bounded(self._get(key, byte_range, if_match), span_of(byte_range))
         if result is not None:
             self.stats.bytes_fetched += len(result.data)
         return result
@@ -317,7 +324,7 @@ class Store(ABC):
     async def _fetch_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
         """:meth:`_fetch` of the bytes alone (``_get_data``)."""
         self.stats.requests["get"] += 1
-        data = await self._bounded(self._get_data(key, byte_range))
+        data = await self._bounded(self._get_data(key, byte_range), span_of(byte_range))
         if data is not None:
             self.stats.bytes_fetched += len(data)
         return data
@@ -407,88 +414,11 @@ class Store(ABC):
         Bounded ranges of one key are coalesced (``max_gap``, ``max_request``,
         ``max_overfetch``: a merged request fetches at most that fraction of its wanted
         bytes again, or 4 KiB of gaps; ``None`` merges by the gap alone); a whole
-        object request serves every range of its key; requests run concurrently up to
-        ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
+        object request serves every range of its key; requests run concurrently in the
+        store's :attr:`window` and under ``max_concurrency``. ``if_match`` maps keys to
+        the versions the reads require.
         """
-        items = list(key_ranges)
-        by_key: dict[str, list[int]] = {}
-        try:
-            for i, (key, _) in enumerate(items):
-                by_key.setdefault(key, []).append(i)
-        except TypeError:  # an unhashable key: say what is wrong with it
-            for key, _ in items:
-                validate_key(key)
-            raise
-        for key in by_key:  # each distinct key once
-            validate_key(key)
-        if self.counts_calls:
-            self.stats.requests["get"] += len(by_key)
-        out: list[Data | None] = [None] * len(items)
-        jobs: list[Awaitable[None]] = []
-        for key, idxs in by_key.items():
-            version = if_match.get(key) if if_match else None
-            jobs.extend(self._plan_key(key, [(i, items[i][1]) for i in idxs], version, out))
-        if len(jobs) == 1:  # the common case of one coalesced request: no task needed
-            await jobs[0]
-        else:
-            await asyncio.gather(*jobs)
-        return out
-
-    def _plan_key(
-        self,
-        key: str,
-        members: Sequence[tuple[int, ByteRange | None]],
-        version: str | None,
-        out: list[Data | None],
-    ) -> list[Awaitable[None]]:
-        if any(rng is None for _, rng in members):
-            return [self._serve(key, None, version, [(i, rng, 0) for i, rng in members], out)]
-        bounded = [(i, rng) for i, rng in members if isinstance(rng, Range)]
-        jobs: list[Awaitable[None]] = [
-            self._serve(key, rng, version, [(i, None, 0)], out)
-            for i, rng in members
-            if isinstance(rng, (Offset, Suffix))
-        ]
-        plan = coalesce(
-            [r for _, r in bounded],
-            max_gap=self.max_gap,
-            max_request=self.max_request,
-            max_overfetch=self.max_overfetch,
-        )
-        for req in plan:
-            parts = [(bounded[m][0], bounded[m][1], req.start) for m in req.members]
-            jobs.append(self._serve(key, Range(req.start, req.end), version, parts, out))
-        return jobs
-
-    async def _serve(
-        self,
-        key: str,
-        rng: ByteRange | None,
-        version: str | None,
-        parts: Sequence[tuple[int, ByteRange | None, int]],
-        out: list[Data | None],
-    ) -> None:
-        """Fetch ``rng`` of ``key`` once and cut each part ``(index, range, base)`` from it."""
-        if version is None:
-            data = await self._fetch_data(key, rng)
-        else:
-            result = await self._fetch(key, rng, version)
-            data = None if result is None else result.data
-        if data is None:
-            return
-        view = memoryview(data)
-        returned = 0
-        for i, part, base in parts:
-            if part is None:
-                piece = view
-            elif isinstance(part, Range):
-                piece = view[part.start - base : part.end - base]
-            else:
-                start, end = resolve(part, len(view))
-                piece = view[start:end]
-            out[i] = piece
-            returned += len(piece)
-        self.stats.bytes_returned += returned
+        return await read_ranges(self, key_ranges, if_match)
 
     async def get_many(self, keys: Sequence[str]) -> list[Data | None]:
         """Whole objects in input order (``None`` if missing), read as one backend batch:
@@ -520,7 +450,7 @@ class Store(ABC):
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["put"] += 1
         self.stats.bytes_written += len(value)
-        return await self._bounded(self._set(key, value, if_match, if_absent))
+        return await self._bounded(self._set(key, value, if_match, if_absent), len(value))
 
     async def set_many(self, items: Sequence[tuple[str, BytesLike]]) -> list[str | None]:
         """Write many objects unconditionally as one backend batch; return their versions.
@@ -569,21 +499,7 @@ class Store(ABC):
             if start < 0:
                 raise ValueError(f"negative start {start} for key {key!r}")
             grouped.setdefault(validate_key(key), []).append((start, value))
-        await gather_settled(self._patch(k, runs) for k, runs in grouped.items())
-
-    async def _patch(self, key: str, runs: Sequence[tuple[int, BytesLike]]) -> None:
-        async def attempt() -> None:
-            current = await self.get_object(key)
-            buf = apply_runs(None if current is None else current.data, runs)
-            conditional = self.supports_conditional_writes
-            await self.set(
-                key,
-                buf,
-                if_match=current.meta.version if conditional and current else None,
-                if_absent=conditional and current is None,
-            )
-
-        await retry_on_conflict(attempt, key)
+        await gather_settled(patch(self, k, runs) for k, runs in grouped.items())
 
     async def erase_values(self, keys: Iterable[str]) -> None:
         """Delete the objects; missing ones are ignored.
@@ -663,78 +579,6 @@ class Store(ABC):
         in it (views with folders declared by metadata); ``False`` on plain stores, where a
         folder exists exactly when something is stored below it."""
         return False
-
-    # -- streamed writes, listings with metadata (whole-tree copies) --------------------
-
-    def stream_buffer(self, size: int, part_size: int) -> int:
-        """Bytes a :meth:`set_stream` of an object of ``size`` bytes, fed parts of at
-        most ``part_size`` bytes, holds in memory at once at most. The default collects
-        the parts into one :meth:`set`: the whole object."""
-        return size
-
-    async def set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
-        """Write the object ``key`` from ``parts``, taken one after another as the
-        store is ready for them; return its new version if the backend reports one.
-
-        As atomic as :meth:`set`: readers see the previous object (or none) until the
-        last part is in, and a failure, a cancellation or a killed process leaves no
-        part of the new object visible (local files: a temp file renamed at the end;
-        object stores: a multipart upload, invisible until completed). Counted as one
-        ``put`` (more where a multipart upload sends more); ``bytes_written`` grows by
-        each part. Unconditional only.
-        """
-        validate_key(key)
-        if not self.supports_writes:
-            raise ReadOnlyError(f"{self!r} is read-only")
-        self.stats.requests["put"] += 1
-        return await self._set_stream(key, self._counting_parts(parts))
-
-    async def _counting_parts(self, parts: AsyncIterable[BytesLike]) -> AsyncIterator[BytesLike]:
-        async for part in parts:
-            self.stats.bytes_written += len(part)
-            yield part
-
-    async def _set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
-        """Write ``key`` from ``parts`` atomically. The default collects them and
-        writes the whole object with ``_set``; backends that write parts as they come
-        override it, and :meth:`stream_buffer`."""
-        buf = bytearray()
-        async for part in parts:
-            buf += part
-        return await self._bounded(self._set(key, buf, None, False))
-
-    async def list_objects(self, prefix: str) -> AsyncIterator[ObjectMeta]:
-        """The metadata of every object whose key starts with ``prefix`` (as
-        :meth:`list_prefix` matches keys), in no particular order.
-
-        Like :meth:`list_prefix` an async generator: iterate it with ``async for``, do
-        not ``await`` it (:meth:`list_dir` is the one listing that is awaited). Object
-        stores list the metadata with the keys; other stores HEAD each key listed,
-        counted as ``head`` requests, and leave out objects deleted meanwhile.
-        """
-        prefix = validate_prefix(prefix)
-        self.stats.requests["list"] += 1
-        async for meta in self._list_objects(prefix):
-            yield meta
-
-    async def _list_objects(self, prefix: str) -> AsyncIterator[ObjectMeta]:
-        """Metadata of every key starting with ``prefix``; the default HEADs the keys
-        ``_list`` yields, ``LIST_HEAD_BATCH`` at a time."""
-        batch: builtins.list[str] = []
-        listed = self._list(prefix)
-        while True:
-            key = await anext(listed, None)
-            if key is not None:
-                batch.append(key)
-            if batch and (key is None or len(batch) >= LIST_HEAD_BATCH):
-                self.stats.requests["head"] += len(batch)
-                metas = await gather_settled(self._bounded(self._head(k)) for k in batch)
-                batch = []
-                for meta in metas:
-                    if meta is not None:
-                        yield meta
-            if key is None:
-                return
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -112,7 +112,7 @@ class WrapperStore(Store):
 
     # -- pass-through primitives --------------------------------------------------------
 
-    async def _bounded(self, awaitable: Awaitable[T]) -> T:
+    async def _bounded(self, awaitable: Awaitable[T], nbytes: int | None = 0) -> T:
         """No bound here: the wrapped store bounds the real I/O (a bound at this level
         would also split concurrent reads that could be batched)."""
         return await awaitable

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asyncshard.backends.cloud import store as cloud_store
-from asyncshard.backends.cloud.store import SERVER_SIDE_COPY
+from asyncshard.backends.cloud.mutations import SERVER_SIDE_COPY
 from asyncshard.errors import ReadOnlyError
 from tests.cloud.conftest import Backend
 

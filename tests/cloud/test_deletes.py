@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from asyncshard.backends.cloud.store import BULK_DELETE_KEYS
+from asyncshard.backends.cloud.mutations import BULK_DELETE_KEYS
 from asyncshard.errors import ReadOnlyError
 from asyncshard.fanout import gather_settled
 from tests.cloud.conftest import Backend

@@ -14,7 +14,7 @@ import pytest
 
 from asyncshard.backends import open_store
 from asyncshard.backends.cloud import CloudStore
-from asyncshard.errors import AsyncShardError, StoreConnectionError
+from asyncshard.errors import AsyncShardError, StoreConnectionError, ThrottledError
 from asyncshard.ranges import Range
 from asyncshard.store import Store
 from tests.servers._threaded import free_port
@@ -84,9 +84,11 @@ async def test_without_retries_faults_surface_as_typed_errors(
     faults = sum(proxy.faults.values())
     assert set(proxy.faults) == set(FAULT_KINDS)  # every kind of fault happened
     assert set(outcome) == {"ok", "StoreConnectionError"}
-    assert outcome["StoreConnectionError"] == faults  # one attempt per read: fault = error
+    # one attempt per read, but a 503 (throttling) is retried as the window allows
+    throttled = proxy.faults["503"]
+    assert outcome["StoreConnectionError"] == faults - throttled
     assert 200 < faults < 400
-    assert len(proxy.log) == len(READS)
+    assert len(proxy.log) == len(READS) + throttled
 
 
 async def test_with_default_retries_every_read_succeeds_at_10_percent(
@@ -98,7 +100,8 @@ async def test_with_default_retries_every_read_succeeds_at_10_percent(
     outcome = check_never_wrong(await read_all(store))
     assert outcome == {"ok": len(READS)}
     assert sum(proxy.faults.values()) > 50 and set(proxy.faults) == set(FAULT_KINDS)
-    assert store.stats.requests["get"] == len(READS)  # retries are obstore's, not counted
+    # retries are not counted; restarts of a read whose body broke off are
+    assert store.stats.requests["get"] == len(READS) + proxy.faults["truncate"]
     assert len(proxy.log) == len(READS) + sum(proxy.faults.values())
     assert time.monotonic() - start < 30
 
@@ -114,20 +117,38 @@ async def test_fault_pattern_is_reproducible(
     assert first == second and any(first)
 
 
-async def test_persistent_503_gives_up_with_a_connection_error(
+async def test_persistent_503_is_retried_until_the_throttle_timeout(
     s3_server: S3Server, proxy: FaultProxy, seeded: str
 ) -> None:
+    """A 503 is throttling: retried however often (not ``max_retries`` times) until
+    ``throttle_timeout`` runs out, then a ThrottledError (a StoreConnectionError)."""
+    proxy.fault_rate, proxy.kinds = 1.0, ("503",)
+    store = s3_store_on(s3_server, seeded, endpoint=proxy.url, max_retries=2, throttle_timeout=0.5)
+    with pytest.raises(ThrottledError, match="503") as caught:
+        await store.get("obj/0", Range(0, 10))
+    assert isinstance(caught.value, StoreConnectionError)
+    assert "requests/s" in str(caught.value) and caught.value.rate >= 0
+    assert len(proxy.log) > 3  # more than the first attempt and max_retries retries
+    assert isinstance(store, CloudStore) and store.window is not None
+    assert store.window.state().throttles == len(proxy.log)
+
+
+async def test_obstore_retries_come_back_when_retry_config_sets_them(
+    s3_server: S3Server, proxy: FaultProxy, seeded: str
+) -> None:
+    """``retry_config={"max_retries": n}`` turns obstore's own retries on again (then a
+    throttled request reaches the store, and its window, only after obstore's)."""
     proxy.fault_rate, proxy.kinds = 1.0, ("503",)
     store = s3_store_on(
         s3_server,
         seeded,
         endpoint=proxy.url,
-        max_retries=2,
-        retry_config={"backoff": {"init_backoff": timedelta(milliseconds=5)}},
+        throttle_timeout=0.01,
+        retry_config={"max_retries": 2, "backoff": {"init_backoff": timedelta(milliseconds=5)}},
     )
-    with pytest.raises(StoreConnectionError, match="503"):
+    with pytest.raises(ThrottledError):
         await store.get("obj/0", Range(0, 10))
-    assert len(proxy.log) == 3  # the first attempt and two retries
+    assert len(proxy.log) % 3 == 0  # each attempt of the store is three of obstore's
 
 
 async def test_nothing_listening_is_a_quick_connection_error() -> None:

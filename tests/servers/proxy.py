@@ -14,6 +14,11 @@ SigV4 signatures made for the proxy's address stay valid upstream) and can
 * rewrite ``200`` answers that carry ``Content-Range`` to ``206`` (``fix_ranged_200``),
   the explicit workaround for ``rclone serve s3`` (see docs/cloud.md);
 * add latency and cap bandwidth per response, to model a remote link on loopback;
+* throttle (``rate``): a token bucket of ``rate`` requests per second (``burst`` deep);
+  a request finding it empty is refused as a throttling store does, ``503`` with S3's
+  ``SlowDown`` body and no ``Retry-After`` (S3), or ``429`` with ``rateLimitExceeded``
+  and a ``Retry-After`` of ``retry_after`` seconds when given (GCS), logged with the
+  fault ``throttled``; ``GET /__proxy__/stats`` answers its counters as JSON;
 * log what it saw (method, path, ``Range`` header, status, fault) for server-side checks.
 """
 
@@ -22,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import socket
 import struct
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -47,6 +54,39 @@ HOP_BY_HOP = {
 FAULT_KINDS = ("500", "503", "reset", "truncate")
 #: The default kinds plus ``lost``: the request reaches the server, its answer does not.
 ALL_FAULT_KINDS = (*FAULT_KINDS, "lost")
+#: S3's answer to a request above its rate (503, no Retry-After).
+SLOW_DOWN = (
+    "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+)
+#: GCS's (429; its JSON API says ``rateLimitExceeded`` too).
+RATE_LIMIT_EXCEEDED = (
+    "<Error><Code>SlowDown</Code><Message>rateLimitExceeded: The rate of requests is too "
+    "high.</Message></Error>"
+)
+
+
+@dataclass
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved; thread-safe."""
+
+    rate: float
+    burst: float
+    _tokens: float = -1.0
+    _at: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> bool:
+        """Whether a token was there (and is now taken)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._tokens < 0:
+                self._tokens, self._at = self.burst, now
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
 
 
 @dataclass(frozen=True)
@@ -82,11 +122,16 @@ class FaultProxy:
     fix_ranged_200: bool = False
     latency: float = 0.0
     bandwidth: float | None = None  # bytes per second per response
+    rate: float | None = None  # requests per second forwarded at most (token bucket)
+    burst: float = 1.0  # requests the bucket saves up
+    throttle_status: int = 503  # 503 (S3 SlowDown) or 429 (GCS)
+    retry_after: float | None = None  # seconds, sent with each refusal when given
     log: list[Seen] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     _seen: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadedApp | None = None
+    _bucket: TokenBucket | None = None
 
     @property
     def url(self) -> str:
@@ -108,6 +153,16 @@ class FaultProxy:
             self.faults.clear()
             self._seen.clear()
 
+    def throttle(self, rate: float | None, burst: float = 1.0) -> None:
+        """Refuse requests above ``rate`` per second from now on (``None``: never)."""
+        self.rate, self.burst = rate, burst
+        self._bucket = None
+
+    def stats(self) -> dict[str, int]:
+        """Requests seen and refused for their rate (``throttled``)."""
+        with self._lock:
+            return {"seen": len(self.log), "refused": self.faults["throttled"]}
+
     # -- internals ----------------------------------------------------------------------
 
     async def _app(self) -> web.Application:
@@ -128,12 +183,33 @@ class FaultProxy:
 
         async def handle(request: web.Request) -> web.StreamResponse:
             assert session is not None
+            if request.path == "/__proxy__/stats":
+                return web.Response(text=json.dumps(self.stats()))
+            refusal = self._refuse(request)
+            if refusal is not None:
+                return refusal
             return await self._forward(session, request)
 
         app.on_startup.append(on_startup)
         app.on_cleanup.append(on_cleanup)
         app.router.add_route("*", "/{tail:.*}", handle)
         return app
+
+    def _refuse(self, request: web.Request) -> web.Response | None:
+        """The throttling answer when the token bucket is empty, else ``None``."""
+        if self.rate is None:
+            return None
+        if self._bucket is None:
+            self._bucket = TokenBucket(self.rate, self.burst)
+        if self._bucket.take():
+            return None
+        status = self.throttle_status
+        self._record(request, status, "throttled")
+        headers = {} if self.retry_after is None else {"Retry-After": f"{self.retry_after:g}"}
+        body = SLOW_DOWN if status == 503 else RATE_LIMIT_EXCEEDED
+        return web.Response(
+            status=status, text=body, content_type="application/xml", headers=headers
+        )
 
     def _pick_fault(self, request: web.Request) -> str | None:
         path = (

@@ -149,6 +149,13 @@ def check_apart(
         )
 
 
+def _busy(store: Store) -> int:
+    """Requests worth keeping in flight on ``store``: its ``max_concurrency``, or, when
+    its endpoint's adaptive window alone bounds it, half the worker ceiling (the window
+    admits what the endpoint takes; the byte budget bounds memory)."""
+    return store.max_concurrency or _MAX_WORKERS // 2
+
+
 class _Copier:
     """One copy: the listing, the workers and the summary they fill."""
 
@@ -168,7 +175,7 @@ class _Copier:
         self.summary = CopySummary()
         self.progress: Progress | None = None
         self.compare = True
-        self.workers = max(1, min(src.max_concurrency + dst.max_concurrency, _MAX_WORKERS))
+        self.workers = max(1, min(_busy(src) + _busy(dst), _MAX_WORKERS))
 
     async def run(self, keys: Iterable[str] | None) -> None:
         self.compare = await self._destination_has_objects()

@@ -7,9 +7,11 @@
 docs/cloud.md for the full list.
 
 Modules: :mod:`.store` (the I/O), :mod:`.config` (URL, options, credential sources),
-:mod:`.errors` (obstore exceptions to asyncshard errors), :mod:`.versions`,
-:mod:`.writes` (conditional writes with a lost answer), :mod:`.inflight` (closing
-without aborting the interpreter).
+:mod:`.errors` (obstore exceptions to asyncshard errors), :mod:`.calls` (one obstore
+call, retried: throttling paced by the request window, transient failures),
+:mod:`.listing`, :mod:`.mutations` (deletes and server-side copies), :mod:`.versions`,
+:mod:`.writes` (PUTs, and conditional writes with a lost answer), :mod:`.inflight`
+(closing without aborting the interpreter).
 
 Behaviour worth knowing:
 
@@ -27,8 +29,9 @@ Behaviour worth knowing:
   through obstore's one-call ``get_range_async``, whose body is checked against
   ``Content-Length`` by the HTTP client.
 * **Counters**: ``stats.requests`` counts the requests the store sent, extra ``HEAD``\\ s
-  and ``GET``\\ s and restarts included; only obstore's own transparent retries are
-  invisible. ``erase_values`` counts one ``delete`` per DeleteObjects request on S3
+  and ``GET``\\ s and restarts included; retries of the same request (after a throttling
+  answer or a transient failure) are not; the endpoint's window counts refusals.
+  ``erase_values`` counts one ``delete`` per DeleteObjects request on S3
   (up to 1,000 keys each) and one per key elsewhere.
 * **Errors**: a bad URL or bad options → ``StoreConfigError`` (a ``ValueError``) when
   the store is opened, before any request; missing → ``None``; precondition failed →
@@ -36,11 +39,15 @@ Behaviour worth knowing:
   credential source (``StoreAuthenticationError`` when the credentials themselves are
   refused; on ``http(s)://`` a 403 reads as missing, like Neuroglancer);
   connection failures, timeouts, truncated bodies and 5xx after retries →
-  ``StoreConnectionError``.
-* **Retries**: obstore's (exponential backoff with jitter) cover 5xx, connection errors
-  and timeouts of idempotent requests, and it resumes a body that breaks off. A read
-  whose body still fails after that is started again here, up to ``max_retries`` times,
-  each restart counted as a ``get``. A conditional write whose outcome is unknown is
+  ``StoreConnectionError``; throttling past ``throttle_timeout`` → ``ThrottledError``.
+* **Request window**: every store of one endpoint (backend, endpoint, bucket) shares
+  one adaptive window of requests and bytes in flight (:mod:`asyncshard.window`).
+* **Retries** are the store's, obstore's are off (:mod:`.calls`): throttling answers
+  (503, 429, ``SlowDown``, ...) are retried as the window allows until
+  ``throttle_timeout``; 5xx, connection errors and timeouts of idempotent requests up
+  to ``max_retries`` times with exponential backoff and jitter. A read whose body
+  breaks off is started again, up to ``max_retries`` times, each restart counted as a
+  ``get``. A conditional write whose outcome is unknown is
   resolved by looking at the object (:mod:`.writes`).
 * **Closing** waits for the requests still in flight, so that no obstore thread is left
   completing one while the interpreter shuts down (:mod:`.inflight`).

@@ -194,9 +194,22 @@ def seconds(name: str, value: float) -> timedelta:
         raise _bad(name, value, "too long a duration") from None
 
 
+def duration(name: str, value: float) -> float:
+    """A positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise _bad(name, value, "a positive number of seconds")
+    return float(value)
+
+
 #: The store's own options that are flags, and those that are whole numbers.
 OWN_FLAGS = ("allow_http", "conditional_writes", "listing", "forbidden_is_missing")
-OWN_COUNTS = ("max_gap", "max_request", "max_concurrency", "multipart_threshold")
+OWN_COUNTS = (
+    "max_gap",
+    "max_request",
+    "max_concurrency",
+    "multipart_threshold",
+    "max_bytes_in_flight",
+)
 
 
 def check_own_options(given: Mapping[str, Any]) -> None:

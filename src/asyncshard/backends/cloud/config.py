@@ -133,7 +133,8 @@ def client_options(
 
 def retry_options(options: Mapping[str, Any] | None, max_retries: int | None) -> dict[str, Any]:
     """obstore ``RetryConfig``: asyncshard's defaults with the user's options over them
-    (obstore ignores keys it does not know; they are refused here)."""
+    (obstore ignores keys it does not know; they are refused here), plus
+    ``asyncshard_retries``, the store's own retry count, for the store to take out."""
     unknown = sorted(set(options or {}) - set(DEFAULT_RETRY))
     backoff = (options or {}).get("backoff")
     if isinstance(backoff, Mapping):
@@ -149,6 +150,11 @@ def retry_options(options: Mapping[str, Any] | None, max_retries: int | None) ->
         retry["max_retries"] = max_retries
     if not isinstance(retry["max_retries"], int) or retry["max_retries"] < 0:
         raise StoreConfigError(f"max_retries must be an int >= 0, not {retry['max_retries']!r}")
+    # the store retries itself (backends/cloud/calls.py), so that the request window sees
+    # every throttling answer; obstore retries too only when its max_retries is given
+    retry["asyncshard_retries"] = retry["max_retries"]
+    if "max_retries" not in (options or {}):
+        retry["max_retries"] = 0
     return retry
 
 
@@ -294,6 +300,31 @@ def _refused_alone(
     return found + [
         (name, value) for name, value in client.items() if builds(cfg, without(client, name))
     ]
+
+
+def usable_credential_source(
+    url: str, kind: str, cfg: Mapping[str, Any], provider: Any, client: Mapping[str, Any]
+) -> str:
+    """:func:`credential_source`, refused when it is the instance metadata service and
+    ``AWS_EC2_METADATA_DISABLED`` forbids asking it."""
+    source = credential_source(kind, cfg, provider, client)
+    if source == EC2_METADATA and metadata_disabled():
+        raise StoreConfigError(
+            f"{url}: no AWS credentials are configured and AWS_EC2_METADATA_DISABLED "
+            "forbids asking the instance metadata service: give access_key_id and "
+            "secret_access_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), a "
+            "credential_provider, or skip_signature=True (--anon) for a public bucket"
+        )
+    return source
+
+
+def window_key(target: Target, cfg: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What a request window is shared by: the backend, its endpoint (as configured,
+    lower-cased, without trailing slashes; for plain HTTP the host) and the bucket."""
+    if target.kind == "http":
+        parts = urlsplit(target.url)
+        return ("http", f"{parts.scheme}://{parts.netloc}".lower(), "")
+    return (target.kind, endpoint_of(target, cfg).strip().lower().rstrip("/"), target.bucket)
 
 
 def credential_source(

@@ -10,8 +10,8 @@ reports a range answered with the whole object (``200``) as a ``NotSupportedErro
 response" and is sorted with it by its message.
 
 Everything else arrives as ``GenericError`` (or a bare ``OSError``) with no structure a
-caller can read: statuses ``object_store`` has no variant for (416, 5xx and 429 after its
-retries), transport failures (connection refused or reset, timeouts, a body cut short)
+caller can read: statuses ``object_store`` has no variant for (416, 5xx and 429),
+transport failures (connection refused or reset, timeouts, a body cut short)
 and its own check that a ranged request got a ``206``. For those, and only those, the
 message is read: the HTTP status it reports, the ``HttpError`` kind of its debug dump,
 a few phrases. This fallback lives in :func:`_untyped` so it is easy to drop piece by
@@ -33,11 +33,15 @@ from asyncshard.errors import (
     StoreBackendError,
     StoreConnectionError,
     StorePermissionError,
+    ThrottledError,
     UnsupportedOperationError,
 )
 
 #: What obstore raises: its own errors, ``FileNotFoundError`` and other ``OSError``\ s.
 OBSTORE_ERRORS = (obs_errors.BaseError, OSError)
+#: The attribute a throttling error gets when the store gave up on it:
+#: ``(throttle_timeout, requests per second the window had reached)``.
+GAVE_UP = "asyncshard_gave_up"
 
 
 class Failure(enum.Enum):
@@ -49,6 +53,7 @@ class Failure(enum.Enum):
     PERMISSION = "permission"  # the credentials were refused (a 401, or a 403 saying so)
     FORBIDDEN = "forbidden"  # another 403 (reads as missing on HTTP stores)
     CONNECTION = "connection"  # retrying later may help; a write's outcome is unknown
+    THROTTLED = "throttled"  # refused for the request rate (503, 429, SlowDown...): not done
     UNSATISFIABLE = "unsatisfiable"  # 416: the range starts at or past the end
     NOT_PARTIAL = "not-partial"  # the server answered a range with the whole object
     UNSUPPORTED = "unsupported"
@@ -93,8 +98,16 @@ _BY_STATUS = {
     409: Failure.CONFLICT,
     412: Failure.CONFLICT,
     416: Failure.UNSATISFIABLE,
-    429: Failure.CONNECTION,
+    429: Failure.THROTTLED,
+    503: Failure.THROTTLED,
 }
+#: Error codes of answers that refuse a request for its rate: S3 (``SlowDown``, also in
+#: a 503), GCS (``rateLimitExceeded``, ``SlowDown`` in its XML API), Azure
+#: (``ServerBusy``), and the AWS-wide ones.
+_THROTTLE_CODES = re.compile(
+    r"<Code>(?:SlowDown|TooManyRequests|RequestLimitExceeded|Throttling|ThrottlingException"
+    r"|ServerBusy)</Code>|rateLimitExceeded|userRateLimitExceeded|ServerBusy"
+)
 
 
 #: The error codes servers answer a missing bucket or container with (S3 and GCS's XML
@@ -132,6 +145,8 @@ def _untyped(exc: BaseException) -> Failure:
     text = str(exc)
     match = _STATUS.search(text)
     status = int(match.group(1)) if match else None
+    if status is not None and _THROTTLE_CODES.search(text):
+        return Failure.THROTTLED
     if status in _BY_STATUS:
         return _BY_STATUS[status]
     if status is not None and status >= 500:
@@ -174,6 +189,14 @@ def to_asyncshard(
     error should add (bucket and credential source), ``container`` the bucket by name.
     """
     detail = first_line(exc)
+    gave_up = getattr(exc, GAVE_UP, None)
+    if failure is Failure.THROTTLED and gave_up is not None:
+        timeout, rate = gave_up
+        return ThrottledError(
+            f"{where}: {action} still throttled after {timeout:g} s (throttle_timeout), "
+            f"at {rate:.1f} requests/s: {detail}",
+            rate=rate,
+        )
     if failure is Failure.CONFLICT:
         return ConflictError(f"{where}: condition failed on {action}: {detail}", key=key)
     if failure is Failure.PERMISSION:
@@ -182,7 +205,12 @@ def to_asyncshard(
         )
     if failure is Failure.FORBIDDEN:
         return StorePermissionError(f"{where}: access denied on {action} ({denied}): {detail}")
-    if failure in (Failure.CONNECTION, Failure.UNSATISFIABLE, Failure.NOT_PARTIAL):
+    if failure in (
+        Failure.CONNECTION,
+        Failure.THROTTLED,
+        Failure.UNSATISFIABLE,
+        Failure.NOT_PARTIAL,
+    ):
         return StoreConnectionError(f"{where}: {action} failed: {detail}")
     if failure is Failure.NO_BUCKET:
         return BucketNotFoundError(f"{where}: {container} does not exist")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -27,8 +26,11 @@ import obstore
 
 import asyncshard.backends.cloud.checks as checks
 import asyncshard.backends.cloud.config as _config
+import asyncshard.backends.cloud.listing as listing
+import asyncshard.backends.cloud.mutations as mutations
 import asyncshard.backends.cloud.streams as streams
 import asyncshard.backends.cloud.writes as writes
+from asyncshard.backends.cloud.calls import THROTTLE_TIMEOUT, backoff, call
 from asyncshard.backends.cloud.errors import (
     OBSTORE_ERRORS,
     Failure,
@@ -46,7 +48,6 @@ from asyncshard.errors import (
     StoreConnectionError,
     UnsupportedOperationError,
 )
-from asyncshard.fanout import gather_settled
 from asyncshard.ranges import (
     MAX_OVERFETCH,
     ByteRange,
@@ -57,7 +58,6 @@ from asyncshard.ranges import (
     resolve,
 )
 from asyncshard.store import (
-    DEFAULT_MAX_CONCURRENCY,
     BytesLike,
     Data,
     GetResult,
@@ -65,24 +65,9 @@ from asyncshard.store import (
     Store,
 )
 from asyncshard.walk import list_keys
+from asyncshard.window import DEFAULT_MAX_BYTES, window_for
 
 T = TypeVar("T")
-
-#: Keys per request of a bulk delete. S3's DeleteObjects takes up to 1,000 keys and
-#: obstore sends one request per 1,000; a missing key is no error there. GCS has no bulk
-#: delete (obstore sends one DELETE per object, so asyncshard does, under its own bound
-#: and treating 404 per key). Azure's Blob Batch takes 256, but obstore fails the whole
-#: call when one blob is missing, and no Azure server runs in the tests: one per key.
-BULK_DELETE_KEYS = {"s3": 1000}
-#: Kinds whose servers copy an object without its bytes passing through the client (S3
-#: CopyObject, GCS's copy-source PUT). Plain HTTP has no copy; WebDAV's COPY is not
-#: answered by every HTTP server behind the same kind, and no Azure server runs in the
-#: tests: those read and write.
-SERVER_SIDE_COPY = frozenset({"s3", "gs"})
-#: The largest object S3's CopyObject copies in one request (5 GiB); a larger one is read
-#: and written (obstore uploads it in parts).
-MAX_SERVER_SIDE_COPY = 5 << 30
-
 
 #: Kinds whose unconditioned reads take one call (``_get_data``): those whose servers the
 #: tests show answering a range open past the end. No Azure server runs in the tests.
@@ -109,14 +94,17 @@ class CloudStore(Store):
         max_gap: ranges of one object are merged into one request across gaps of at
             most this many bytes (see :class:`~asyncshard.store.Store`).
         max_request: merged requests are at most this many bytes.
-        max_concurrency: requests in flight at most.
+        max_concurrency: requests in flight at most for this store object (default:
+            none; the endpoint's adaptive window decides, see :mod:`asyncshard.window`).
         max_overfetch: a merged request reads at most this fraction of its wanted bytes
             again (or 4 KiB of gaps); ``None`` merges by the gap alone.
         allow_http: allow plain ``http://`` endpoints; by default allowed exactly when
             the URL or the configured endpoint/base URL is ``http://``.
-        max_retries: retries per request (default 5); ``retry_config`` for the rest.
-            Also bounds the store's own restarts of broken reads and of conditional
-            writes whose outcome was unknown.
+        max_retries: retries of a request after a transient failure (default 5; the
+            store retries, obstore's own retries are off unless ``retry_config`` sets
+            its ``max_retries``); throttling answers are retried until
+            ``throttle_timeout``. Also bounds the store's own restarts of broken reads
+            and of conditional writes whose outcome was unknown.
         timeout: longest time for a whole request, its body included: seconds or an
             obstore duration string (``"500ms"``).
         connect_timeout: longest time to connect, in the same forms.
@@ -133,6 +121,15 @@ class CloudStore(Store):
         credential_provider: an obstore credential provider (e.g. a boto3 session
             wrapper), in place of the credentials in options and the environment.
         multipart_threshold: unconditional writes larger than this use multipart upload.
+        max_bytes_in_flight: bytes the endpoint's requests hold at most (reserved up
+            front: a write's length, a range's span, an estimate for a whole object);
+            stores sharing an endpoint get the smallest bound any of them asked.
+        throttle_timeout: seconds a request may keep being refused for the request rate
+            (S3 ``SlowDown``/503, 429, ...) while the window slows down, before it fails
+            with :class:`~asyncshard.errors.ThrottledError`.
+        config: obstore configuration for the backend, as a mapping (merged under the
+            keyword options).
+        **backend_config: obstore configuration for the backend, as keywords.
     """
 
     def __init__(
@@ -141,7 +138,7 @@ class CloudStore(Store):
         *,
         max_gap: int = _config.CLOUD_MAX_GAP,
         max_request: int = _config.CLOUD_MAX_REQUEST,
-        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_concurrency: int | None = None,
         max_overfetch: float | None = MAX_OVERFETCH,
         allow_http: bool | None = None,
         max_retries: int | None = None,
@@ -154,6 +151,8 @@ class CloudStore(Store):
         retry_config: Mapping[str, Any] | None = None,
         credential_provider: Any = None,
         multipart_threshold: int = _config.MULTIPART_THRESHOLD,
+        max_bytes_in_flight: int = DEFAULT_MAX_BYTES,
+        throttle_timeout: float = THROTTLE_TIMEOUT,
         config: Mapping[str, Any] | None = None,
         **backend_config: Any,
     ) -> None:
@@ -173,6 +172,8 @@ class CloudStore(Store):
             "retry_config": retry_config,
             "credential_provider": credential_provider,
             "multipart_threshold": multipart_threshold,
+            "max_bytes_in_flight": max_bytes_in_flight,
+            "throttle_timeout": throttle_timeout,
             "config": config,
             **backend_config,
         }
@@ -212,18 +213,13 @@ class CloudStore(Store):
             allow_http=allow_http,
         )
         retry = _config.retry_options(retry_config, max_retries)
-        #: Restarts of broken reads and of writes with an unknown outcome.
-        self.retries = int(retry["max_retries"])
-        self.credential_source = _config.credential_source(
-            self.kind, cfg, credential_provider, client
+        #: Retries after transient failures, restarts of broken reads and of writes with
+        #: an unknown outcome (see :mod:`.calls`).
+        self.retries = int(retry.pop("asyncshard_retries"))
+        self.throttle_timeout = checks.duration("throttle_timeout", throttle_timeout)
+        self.credential_source = _config.usable_credential_source(
+            url, self.kind, cfg, credential_provider, client
         )
-        if self.credential_source == _config.EC2_METADATA and _config.metadata_disabled():
-            raise StoreConfigError(
-                f"{url}: no AWS credentials are configured and AWS_EC2_METADATA_DISABLED "
-                "forbids asking the instance metadata service: give access_key_id and "
-                "secret_access_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), a "
-                "credential_provider, or skip_signature=True (--anon) for a public bucket"
-            )
         self._os: Any = _config.build_obstore(
             target,
             cfg,
@@ -233,6 +229,9 @@ class CloudStore(Store):
             own=given.keys() - backend_config.keys(),
         )
         self._inflight = InFlight()
+        #: The adaptive request window of the endpoint, shared in the process.
+        self.window = window_for(_config.window_key(target, cfg))
+        self.window.set_max_bytes(max_bytes_in_flight)
         #: Whether unconditioned reads go through obstore's ``get_range_async`` (one
         #: completion); cleared when the server answers a range with the whole object.
         self._one_call = self.kind in ONE_CALL_KINDS
@@ -273,9 +272,12 @@ class CloudStore(Store):
 
     # -- plumbing -----------------------------------------------------------------------
 
-    async def _call(self, call: Any) -> Any:
-        """Await one obstore call, tracked so that :meth:`close` can wait for it."""
-        return await self._inflight.run(call)
+    async def _call(
+        self, make: Callable[[], Awaitable[Any]], key: str | None = None, *, idempotent: bool = True
+    ) -> Any:
+        """Await one obstore call (``make()``), tracked so that :meth:`close` can wait
+        for it, retried on throttling and transient failures (:mod:`.calls`)."""
+        return await call(self, make, idempotent=idempotent, key=key)
 
     def _where(self, key: str | None) -> str:
         return f"{self.url.rstrip('/')}/{key}" if key else self.url
@@ -330,10 +332,9 @@ class CloudStore(Store):
         """``read()``, started again (up to ``retries`` times, each restart counted as a
         request of ``kind``, its first) when its body breaks off.
 
-        obstore resumes a body that breaks off, but a resumption can break off too
-        (about one read in a few thousand at a 10 % fault rate in tests/cloud/
-        test_faults.py), and it does not retry an answer whose body breaks off before
-        the GET returns (a 404's error body).
+        With its retries on, obstore resumes a body that breaks off, but a resumption can
+        break off too, and it does not retry an answer whose body breaks off before the
+        GET returns (a 404's error body); with them off (the default) the store restarts.
         """
         for attempt in itertools.count():
             try:
@@ -342,7 +343,7 @@ class CloudStore(Store):
                 if attempt >= self.retries:
                     raise StoreConnectionError(str(exc)) from exc.__cause__
                 self._count_request(kind)
-                await asyncio.sleep(_backoff(attempt))
+                await asyncio.sleep(backoff(attempt))
         raise AssertionError("unreachable")
 
     async def _get_data(self, key: str, byte_range: ByteRange | None) -> Data | None:
@@ -383,8 +384,10 @@ class CloudStore(Store):
         """One ``get_range_async``: the bytes, ``None`` if missing, or the failure
         (``_NOT_ONE_CALL``) another kind of read answers."""
         try:
-            call = obstore.get_range_async(self._os, key, start=span[0], end=span[1])
-            return memoryview(await self._call(call))
+            got = await self._call(
+                lambda: obstore.get_range_async(self._os, key, start=span[0], end=span[1]), key
+            )
+            return memoryview(got)
         except OBSTORE_ERRORS as exc:
             return self._read_failed(exc, key, _NOT_ONE_CALL)
 
@@ -433,7 +436,7 @@ class CloudStore(Store):
     async def _open_get(self, key: str, options: dict[str, Any], handled: set[Failure]) -> Any:
         """Start a GET: obstore's result, ``None`` if missing, or a ``handled`` failure."""
         try:
-            return await self._call(obstore.get_async(self._os, key, options=options))  # type: ignore[arg-type]
+            return await self._call(lambda: obstore.get_async(self._os, key, options=options), key)  # type: ignore[arg-type]
         except OBSTORE_ERRORS as exc:
             return self._read_failed(exc, key, handled)
 
@@ -454,7 +457,7 @@ class CloudStore(Store):
     async def _body(self, result: Any, key: str) -> memoryview:
         """The body of a started response; a transfer that breaks off is ``_BodyCutShort``."""
         try:
-            return memoryview(await self._call(result.bytes_async()))
+            return memoryview(await self._inflight.run(result.bytes_async()))
         except OBSTORE_ERRORS as exc:
             failure = classify(exc, key)
             if failure is Failure.CONNECTION:  # _get starts the read again
@@ -520,7 +523,7 @@ class CloudStore(Store):
 
     async def _head(self, key: str) -> ObjectMeta | None:
         try:
-            meta = await self._call(obstore.head_async(self._os, key))
+            meta = await self._call(lambda: obstore.head_async(self._os, key), key)
         except OBSTORE_ERRORS as exc:
             failure = classify(exc, key)
             if self._missing(failure):
@@ -548,31 +551,8 @@ class CloudStore(Store):
         if view.ndim != 1 or view.format != "B":
             view = view.cast("B")
         if not conditional:
-            return await self._put_once(key, view, None, False)
+            return await writes.put_once(self, key, view, None, False)
         return await writes.put_conditional(self, key, view, if_match, if_absent)
-
-    async def _put_once(
-        self, key: str, view: memoryview, if_match: str | None, if_absent: bool
-    ) -> str | None:
-        """One PUT (obstore retries it only when it is unconditional)."""
-        mode: Any = "overwrite"
-        if if_absent:
-            mode = "create"
-        elif if_match is not None:
-            e_tag, version = decode_version(if_match)
-            mode = {k: v for k, v in (("e_tag", e_tag), ("version", version)) if v is not None}
-        multipart = mode == "overwrite" and len(view) > self.multipart_threshold
-        try:
-            result = await self._call(
-                obstore.put_async(self._os, key, view, mode=mode, use_multipart=multipart)
-            )
-        except OBSTORE_ERRORS as exc:
-            failure = classify(exc, key)
-            if failure is Failure.MISSING and if_match is not None:
-                # an update of a missing object (some servers answer 404)
-                raise ConflictError(f"{self._where(key)}: object does not exist", key=key) from exc
-            raise self._error(exc, failure, key, "write") from exc
-        return encode_version(result.get("e_tag"), result.get("version"))
 
     def stream_buffer(self, size: int, part_size: int) -> int:
         return streams.stream_buffer(size, part_size)
@@ -583,23 +563,11 @@ class CloudStore(Store):
 
     async def _erase(self, key: str) -> None:
         self._check_writable()
-        try:
-            await self._call(obstore.delete_async(self._os, key))
-        except OBSTORE_ERRORS as exc:
-            failure = classify(exc, key)
-            if failure is not Failure.MISSING:
-                raise self._error(exc, failure, key, "delete") from exc
+        await mutations.delete(self, key)
 
     async def _erase_many(self, keys: Sequence[str]) -> None:
         """S3: one DeleteObjects request per 1,000 keys; elsewhere one DELETE per key."""
-        self._check_writable()
-        size = BULK_DELETE_KEYS.get(self.kind)
-        if size is None:
-            await super()._erase_many(keys)
-            return
-        batches = [list(keys[i : i + size]) for i in range(0, len(keys), size)]
-        self._count_request("delete", len(batches))
-        await gather_settled(self._bounded(self._delete_batch(batch)) for batch in batches)
+        await mutations.delete_many(self, keys, super()._erase_many)
 
     async def erase_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with ``prefix``, listed with
@@ -607,99 +575,19 @@ class CloudStore(Store):
         listings at a time, instead of one page after another."""
         await self.erase_values(await list_keys(self, prefix))
 
-    async def _delete_batch(self, keys: list[str]) -> None:
-        try:
-            await self._call(obstore.delete_async(self._os, keys))
-        except OBSTORE_ERRORS as exc:
-            failure = classify(exc)
-            if failure is not Failure.MISSING:
-                where = keys[0] if len(keys) == 1 else f"{keys[0]} (and {len(keys) - 1} more)"
-                raise self._error(exc, failure, where, "delete") from exc
-
     async def _copy(self, source: str, target: str) -> int | None:
-        """S3 and GCS: a HEAD of the source (its size; a missing source sends nothing
-        more), then a server-side copy. Elsewhere the object is read and written."""
-        if self.kind not in SERVER_SIDE_COPY:
-            return await super()._copy(source, target)
-        self._check_writable()
-        self._count_request("head")
-        meta = await self._bounded(self._head(source))
-        if meta is None:
-            self._count_request("copy", -1)  # no copy request sent
-            return None
-        if meta.size > MAX_SERVER_SIDE_COPY:
-            return await super()._copy(source, target)
-        try:
-            await self._bounded(self._call(obstore.copy_async(self._os, source, target)))
-        except OBSTORE_ERRORS as exc:
-            failure = classify(exc, source)
-            if self._missing(failure):  # deleted since the HEAD
-                return None
-            raise self._error(exc, failure, target, "copy") from exc
-        return meta.size
+        """S3 and GCS: a HEAD of the source, then a server-side copy
+        (:func:`.mutations.copy`). Elsewhere the object is read and written."""
+        return await mutations.copy(self, source, target, super()._copy)
 
     # -- listing ------------------------------------------------------------------------
 
-    def _no_listing(self) -> UnsupportedOperationError:
-        return UnsupportedOperationError(
-            f"{self!r} cannot list: plain HTTP has no listing (open it with listing=True "
-            "if the server speaks WebDAV PROPFIND)"
-        )
-
-    async def _list(self, prefix: str) -> AsyncIterator[str]:
-        async for meta in self._list_objects(prefix):
-            yield meta.key
+    def _list(self, prefix: str) -> AsyncIterator[str]:
+        return listing.list_keys(self, prefix)
 
     async def _list_objects(self, prefix: str) -> AsyncIterator[ObjectMeta]:
-        if not self._listing:
-            raise self._no_listing()
-        # obstore lists whole path segments; asyncshard prefixes are plain strings, so
-        # list the enclosing folder and filter.
-        folder = prefix.rpartition("/")[0]
-        stream = obstore.list(self._os, folder or None, chunk_size=1000)
-        while True:
-            try:
-                batch = await self._call(stream.__anext__())
-            except StopAsyncIteration:
-                return
-            except OBSTORE_ERRORS as exc:
-                raise self._error(exc, classify(exc, prefix), prefix or None, "list") from exc
-            for meta in batch:
-                key = self._key_of(meta["path"])
-                if key is not None and key.startswith(prefix):
-                    yield self._meta(key, meta)
+        async for key, meta in listing.list_entries(self, prefix):
+            yield self._meta(key, meta)
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
-        if not self._listing:
-            raise self._no_listing()
-        try:
-            result = await self._call(
-                obstore.list_with_delimiter_async(self._os, prefix[:-1] or None)
-            )
-        except OBSTORE_ERRORS as exc:
-            failure = classify(exc, prefix)
-            if failure is Failure.MISSING:
-                return [], []
-            raise self._error(exc, failure, prefix or None, "list") from exc
-        keys = {self._key_of(meta["path"]) for meta in result["objects"]}
-        prefixes = {self._key_of(p.rstrip("/")) for p in result["common_prefixes"]}
-        return (
-            sorted(k for k in keys if k and k.startswith(prefix)),
-            sorted(
-                p + "/"
-                for p in prefixes
-                if p and (p + "/").startswith(prefix) and p + "/" != prefix
-            ),
-        )
-
-    def _key_of(self, path: str) -> str | None:
-        """The store key of a listed path (obstore's WebDAV listing starts at the host)."""
-        if self.kind != "http" or not self.prefix:
-            return path
-        base = self.prefix + "/"
-        return path[len(base) :] if path.startswith(base) else None
-
-
-def _backoff(attempt: int) -> float:
-    """Jittered exponential backoff before a restart: up to 50 ms doubling, 2 s at most."""
-    return random.uniform(0, min(2.0, 0.05 * 2**attempt))
+        return await listing.list_dir(self, prefix)

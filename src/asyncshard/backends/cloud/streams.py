@@ -15,9 +15,11 @@ from typing import Any, Protocol
 import obstore
 
 from asyncshard.backends.cloud.errors import OBSTORE_ERRORS, Failure, classify
+from asyncshard.backends.cloud.inflight import InFlight
 from asyncshard.backends.cloud.versions import encode_version
 from asyncshard.errors import AsyncShardError
 from asyncshard.store import BytesLike
+from asyncshard.window import Window
 
 #: Bytes per part of a streamed upload (S3's smallest part is 5 MiB).
 STREAM_PART_SIZE = 8 * 1024 * 1024
@@ -32,7 +34,8 @@ class StreamTarget(Protocol):
 
     def _count_request(self, kind: str, n: int = 1) -> None: ...
 
-    async def _call(self, call: Any) -> Any: ...
+    _inflight: InFlight
+    window: Window | None
 
     def _error(
         self, exc: BaseException, failure: Failure, key: str | None, action: str
@@ -60,7 +63,9 @@ async def put_stream(
             yield view
 
     try:
-        result = await store._call(
+        # Not retried (the parts are consumed as they are sent): a failed upload fails
+        # this object, which stays as it was; the caller may copy it again.
+        result = await store._inflight.run(
             obstore.put_async(
                 os_store,
                 key,
@@ -72,7 +77,10 @@ async def put_stream(
             )
         )
     except OBSTORE_ERRORS as exc:
-        raise store._error(exc, classify(exc, key), key, "write") from exc
+        failure = classify(exc, key)
+        if failure is Failure.THROTTLED and store.window is not None:
+            store.window.throttled()  # the endpoint's window hears of it all the same
+        raise store._error(exc, failure, key, "write") from exc
     # the verb counted one put: the upload's start, its parts and its completion
     store._count_request("put", -(-sent // STREAM_PART_SIZE) + 1)
     return encode_version(result.get("e_tag"), result.get("version"))

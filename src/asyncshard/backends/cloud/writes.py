@@ -27,31 +27,63 @@ import asyncio
 import enum
 import itertools
 import random
-from typing import Protocol
+from typing import Any, Protocol
 
-from asyncshard.errors import ConflictError, StoreConnectionError
+import obstore
+
+from asyncshard.backends.cloud.calls import Caller, call
+from asyncshard.backends.cloud.errors import OBSTORE_ERRORS, Failure, classify
+from asyncshard.backends.cloud.versions import decode_version, encode_version
+from asyncshard.errors import AsyncShardError, ConflictError, StoreConnectionError, ThrottledError
 from asyncshard.ranges import ByteRange
 from asyncshard.store import GetResult, ObjectMeta
 
 
-class WriteTarget(Protocol):
-    """What the resolution needs of the store it writes to (``CloudStore`` has it)."""
+class WriteTarget(Caller, Protocol):
+    """What the writes need of the store they write to (``CloudStore`` has it)."""
 
-    retries: int
-
-    def _where(self, key: str | None) -> str: ...
+    _os: Any
+    multipart_threshold: int
 
     def _count_request(self, kind: str, n: int = 1) -> None: ...
 
-    async def _put_once(
-        self, key: str, view: memoryview, if_match: str | None, if_absent: bool
-    ) -> str | None: ...
+    def _error(
+        self, exc: BaseException, failure: Failure, key: str | None, action: str
+    ) -> AsyncShardError: ...
 
     async def _head(self, key: str) -> ObjectMeta | None: ...
 
     async def _get(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
     ) -> GetResult | None: ...
+
+
+async def put_once(
+    store: WriteTarget, key: str, view: memoryview, if_match: str | None, if_absent: bool
+) -> str | None:
+    """One PUT, retried on throttling (and on transient failures when unconditional:
+    :mod:`.calls`)."""
+    mode: Any = "overwrite"
+    if if_absent:
+        mode = "create"
+    elif if_match is not None:
+        e_tag, version = decode_version(if_match)
+        mode = {k: v for k, v in (("e_tag", e_tag), ("version", version)) if v is not None}
+    multipart = mode == "overwrite" and len(view) > store.multipart_threshold
+    try:
+        result = await call(
+            store,
+            lambda: obstore.put_async(store._os, key, view, mode=mode, use_multipart=multipart),
+            key=key,
+            idempotent=mode == "overwrite",
+        )
+    except OBSTORE_ERRORS as exc:
+        failure = classify(exc, key)
+        if failure is Failure.MISSING and if_match is not None:
+            # an update of a missing object (some servers answer 404)
+            raise ConflictError(f"{store._where(key)}: object does not exist", key=key) from exc
+        raise store._error(exc, failure, key, "write") from exc
+    return encode_version(result.get("e_tag"), result.get("version"))
 
 
 class _Verdict(enum.Enum):
@@ -66,11 +98,13 @@ async def put_conditional(
     unknown: StoreConnectionError | None = None
     for attempt in itertools.count():
         try:
-            return await store._put_once(key, view, if_match, if_absent)
+            return await put_once(store, key, view, if_match, if_absent)
         except ConflictError:
             if unknown is None:
                 raise
             # an earlier attempt whose answer was lost may have landed: look
+        except ThrottledError:
+            raise  # refused every time until the budget ran out: not carried out
         except StoreConnectionError as exc:
             unknown = exc
         verdict = await _inspect(store, key, view, if_match, if_absent)

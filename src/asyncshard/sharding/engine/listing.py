@@ -13,6 +13,7 @@ from typing import Generic
 
 from asyncshard.sharding.engine.indexes import ShardIndexes, stale_on_conflict
 from asyncshard.sharding.engine.strategy import C
+from asyncshard.store import DEFAULT_MAX_CONCURRENCY
 
 __all__ = ["ShardListing"]
 
@@ -64,7 +65,7 @@ class ShardListing(Generic[C]):
     async def chunks(self, shard_keys: Sequence[str]) -> list[tuple[str, C]]:
         """``(shard key, chunk)`` of every chunk stored in the given shards (indexes through
         the cache, at most the wrapped store's concurrency at a time)."""
-        limit = asyncio.Semaphore(self.inner.max_concurrency)
+        limit = asyncio.Semaphore(self.inner.max_concurrency or DEFAULT_MAX_CONCURRENCY)
         fmt, indexes = self.format, self.indexes
 
         async def chunks_of(shard_key: str) -> list[C]:
