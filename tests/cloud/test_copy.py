@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncshard.backends.cloud import store as cloud_store
+from asyncshard.backends.cloud import mutations as cloud_mutations
 from asyncshard.backends.cloud.mutations import SERVER_SIDE_COPY
 from asyncshard.errors import ReadOnlyError
 from tests.cloud.conftest import Backend
@@ -38,7 +38,7 @@ async def test_an_object_too_large_to_copy_server_side_is_read_and_written(
     store = backend.store
     if not store.supports_writes:
         pytest.skip("read-only: the test above checks the refusal")
-    monkeypatch.setattr(cloud_store, "MAX_SERVER_SIDE_COPY", len(BLOB) - 1)
+    monkeypatch.setattr(cloud_mutations, "MAX_SERVER_SIDE_COPY", len(BLOB) - 1)
     await backend.seed({"src/blob": BLOB})
     backend.reset_log()
     assert await store.copy("src/blob", "dst/blob") == len(BLOB)
