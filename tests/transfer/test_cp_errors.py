@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,11 @@ async def test_ctrl_c_says_how_to_finish_and_a_rerun_does(
     )
     assert proc.stderr is not None
     deadline = time.monotonic() + 60
-    while b"objects" not in proc.stderr.read1(4096):  # the bar: the copy is under way
+    seen = b""
+    # the bar counting copied objects: the copy is under way (not the bar's first
+    # drawing, from inside tqdm's constructor: a Ctrl-C there is tqdm's to survive)
+    while not re.search(rb"[1-9][0-9]* objects", seen):
+        seen = seen[-64:] + proc.stderr.read1(4096)
         assert proc.poll() is None and time.monotonic() < deadline
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
