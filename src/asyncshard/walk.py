@@ -32,13 +32,13 @@ every store that keeps the Store contract (the conformance suite checks it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from asyncshard.keys import validate_prefix
 from asyncshard.store import Store
 
-__all__ = ["MAX_LEVELS", "MAX_PARTS", "PAGE", "WIDTH", "list_keys", "walk_keys"]
+__all__ = ["MAX_LEVELS", "MAX_PARTS", "PAGE", "WIDTH", "iter_keys", "list_keys", "walk_keys"]
 
 #: Listings at a time, and the folders the walk looks for before it lists.
 WIDTH = 16
@@ -126,6 +126,21 @@ async def list_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
         for task in (page, walk):
             task.cancel()  # a no-op once done
         await asyncio.gather(page, walk, return_exceptions=True)
+
+
+async def iter_keys(store: Store, prefix: str, *, width: int = WIDTH) -> AsyncIterator[str]:
+    """Every key that ``store.list_prefix(prefix)`` lists, in no particular order, as a
+    stream where the store streams: on a store whose listing is no round trip (local
+    files, memory) the listing itself, which a ``LocalStore`` reads folder by folder as
+    it goes (a million keys held at once would cost 60-90 MB); on a store that lists
+    in pages, :func:`list_keys` (its parallel walk gathers the keys first)."""
+    prefix = validate_prefix(prefix)
+    if store.lists_in_pages and _walkable(store, prefix):
+        for key in await list_keys(store, prefix, width=width):
+            yield key
+        return
+    async for key in store.list_prefix(prefix):
+        yield key
 
 
 def _walkable(store: Store, prefix: str) -> bool:

@@ -30,7 +30,7 @@ and igneous' guidance gives (few shard files of bounded size, small indexes):
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -43,12 +43,11 @@ from asyncshard.convert.journal import normalize
 from asyncshard.convert.pipeline import (
     Convertible,
     Doc,
-    Listing,
     RunOptions,
     convert_nodes,
     write_json,
 )
-from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
+from asyncshard.convert.report import ArrayReport, ConversionSummary
 from asyncshard.convert.runner import PassSpec, Task
 from asyncshard.convert.tasks import PrecomputedExecutor
 from asyncshard.errors import InvalidMetadataError
@@ -138,6 +137,55 @@ def plan_scale(
     ]
 
 
+class ScalePlan:
+    """The plan of a scale's pass (:func:`plan_scale`), from the file names listed.
+
+    Held in memory: a scale's names are grouped by hashed shard number, which no key
+    order gives (see docs/ARCHITECTURE.md, "Conversions at scale").
+    """
+
+    def __init__(self, src: Scale, dst: Scale) -> None:
+        self.src, self.dst = src, dst
+        self.names: list[str] = []
+        self.done: list[str] = []
+        self.ignored = 0
+        self._tasks: list[Task[str]] | None = None
+
+    @property
+    def found(self) -> int:
+        """Target files found."""
+        return len(self.done)
+
+    @property
+    def sources(self) -> int:
+        """Source files planned."""
+        return len(self.names)
+
+    def add_source(self, obj: Hashable) -> None:
+        """A source file found."""
+        self.names.append(str(obj))
+
+    def add_done(self, obj: Hashable) -> None:
+        """A target file found."""
+        self.done.append(str(obj))
+
+    def _planned(self) -> list[Task[str]]:
+        if self._tasks is None:
+            self._tasks = plan_scale(self.src, self.dst, self.names, self.done)
+        return self._tasks
+
+    def count(self) -> int:
+        """How many tasks."""
+        return len(self._planned())
+
+    def tasks(self) -> Iterator[Task[str]]:
+        """The tasks."""
+        return iter(self._planned())
+
+    def close(self) -> None:
+        """Nothing held on disk."""
+
+
 def _object_names(scale: Scale, prefix: str) -> Callable[[str], Hashable | None]:
     """The file name of a key if it is an object of ``scale`` (a shard or chunk file)."""
     spec = scale.sharding
@@ -209,17 +257,13 @@ class PrecomputedScale(Convertible):
     def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
         return _object_names(Scale.from_json(doc), self.prefix)
 
-    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[str]], int]:
-        src, dst = Scale.from_json(source), Scale.from_json(target)
-        names = [str(o) for o in listing.objects]
-        return plan_scale(src, dst, names, [str(o) for o in listing.found_objects]), 0
+    def planner(self, source: Doc, target: Doc) -> ScalePlan:
+        return ScalePlan(Scale.from_json(source), Scale.from_json(target))
 
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         return PassSpec(PrecomputedExecutor, self.prefix, source, target)
 
-    async def switch(
-        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
-    ) -> None:
+    async def switch(self, store: Store, target: Doc, report: ArrayReport) -> None:
         self.info["scales"][self.index] = target
         self.version = await write_json(store, INFO, self.info, self.version)
         self.doc = target

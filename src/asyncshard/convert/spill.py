@@ -1,0 +1,204 @@
+"""Sorting more numbers than memory should hold: sorted runs on disk, merged in blocks.
+
+A conversion lists objects in whatever order the store gives, but works shard by
+shard: the flat chunks of one target shard must come together. :class:`SortedSpill`
+takes ``uint64`` codes in any order (a chunk's code puts its shard first, see
+:mod:`asyncshard.convert.streamplan`) and gives them back sorted and distinct, in
+blocks, holding at most one run (:data:`RUN`) and one block per run on disk
+(:data:`BLOCK_BYTES` in all), whatever the count: 8 bytes per object on disk, in a
+temporary folder removed on :meth:`~SortedSpill.close`. :func:`groups` cuts a sorted
+stream into runs of equal ``code // size`` (one shard's chunks), across blocks.
+:class:`KeyFile` keeps the keys a pass will delete once it switched, on disk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BLOCK_BYTES", "RUN", "Codes", "KeyFile", "SortedSpill", "groups"]
+
+Codes = npt.NDArray[np.uint64]
+
+#: Codes sorted in memory before a run goes to disk (512 KiB).
+RUN = 1 << 16
+#: Bytes of the blocks read back from all runs together, at least 1,024 codes a run.
+BLOCK_BYTES = 1 << 21
+_EMPTY: Codes = np.empty(0, dtype=np.uint64)
+
+
+class SortedSpill:
+    """``uint64`` codes added in any order, read back sorted and distinct.
+
+    Args:
+        folder: where run files go (default: a new temporary folder).
+    """
+
+    def __init__(self, folder: str | None = None) -> None:
+        self._folder = folder
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._pending: list[Codes] = []
+        self._held = 0
+        self._runs: list[tuple[Path, int]] = []
+        self.added = 0
+
+    def add(self, codes: npt.ArrayLike) -> None:
+        """Add codes (any order, repeats allowed)."""
+        array = np.asarray(codes, dtype=np.uint64).ravel()
+        if not array.size:
+            return
+        self._pending.append(array)
+        self._held += array.size
+        self.added += array.size
+        if self._held >= RUN:
+            self._spill()
+
+    def _sorted_pending(self) -> Codes:
+        if not self._pending:
+            return _EMPTY
+        array = np.unique(np.concatenate(self._pending))  # sorted, distinct
+        self._pending, self._held = [], 0
+        return array
+
+    def _spill(self) -> None:
+        array = self._sorted_pending()
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="asyncshard-spill-", dir=self._folder)
+        path = Path(self._tmp.name) / f"run{len(self._runs)}"
+        array.tofile(path)
+        self._runs.append((path, array.size))
+
+    def blocks(self) -> Iterator[Codes]:
+        """The codes, sorted and distinct, in blocks (each block sorted, every code of a
+        block below every code of the next). Can be read again."""
+        if not self._runs:
+            self._pending = [self._sorted_pending()]
+            self._held = self._pending[0].size
+            held = self._pending[0]
+            for i in range(0, held.size, RUN):
+                yield held[i : i + RUN]
+            return
+        if self._pending:
+            self._spill()
+        yield from _merge(self._runs)
+
+    def close(self) -> None:
+        """Remove the run files."""
+        self._pending, self._held, self._runs = [], 0, []
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> SortedSpill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Run:
+    """One sorted run file, read a block at a time."""
+
+    def __init__(self, path: Path, size: int, block: int) -> None:
+        self.file = path.open("rb")
+        self.left = size
+        self.block = block
+        self.codes = _EMPTY
+        self.fill()
+
+    def fill(self) -> None:
+        n = min(self.block, self.left)
+        self.codes = np.fromfile(self.file, dtype=np.uint64, count=n) if n else _EMPTY
+        self.left -= n
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _merge(runs: list[tuple[Path, int]]) -> Iterator[Codes]:
+    """The sorted runs merged: each step takes, from every run's block, the codes up to
+    the smallest last code of a block (all codes below it are then loaded) and sorts
+    them; the run that gave that bound reads its next block."""
+    block = max(1024, BLOCK_BYTES // 8 // len(runs))
+    open_runs = [_Run(path, size, block) for path, size in runs]
+    try:
+        while True:
+            live = [r for r in open_runs if r.codes.size]
+            if not live:
+                return
+            bound = min(r.codes[-1] for r in live)
+            taken = []
+            for run in live:
+                cut = int(np.searchsorted(run.codes, bound, side="right"))
+                taken.append(run.codes[:cut])
+                run.codes = run.codes[cut:]
+                if not run.codes.size:
+                    run.fill()
+            yield np.unique(np.concatenate(taken))  # all codes <= bound: none come later
+    finally:
+        for run in open_runs:
+            run.close()
+
+
+def groups(blocks: Iterator[Codes], size: int) -> Iterator[tuple[int, Codes]]:
+    """``(code // size, codes)`` of a sorted stream, one group per distinct quotient,
+    in order; a group cut by a block boundary is joined."""
+    carry = _EMPTY
+    for block in blocks:
+        codes = np.concatenate((carry, block)) if carry.size else block
+        keys = codes // np.uint64(size)
+        starts = np.flatnonzero(np.diff(keys)) + 1
+        bounds = [0, *starts.tolist()]
+        for lo, hi in itertools.pairwise(bounds):
+            yield int(keys[lo]), codes[lo:hi]
+        carry = codes[bounds[-1] :]
+    if carry.size:
+        yield int(carry[0] // np.uint64(size)), carry
+
+
+class KeyFile:
+    """Keys kept in an unnamed temporary file (``NUL``-separated: no key holds one),
+    read back in batches; the file is gone once closed."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="asyncshard-keys-")  # noqa: SIM115 - closed by close()
+        self._pending: list[str] = []
+        self.count = 0
+
+    def add(self, key: str) -> None:
+        """Keep ``key``."""
+        self._pending.append(key)
+        self.count += 1
+        if len(self._pending) >= 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._file.write("\0".join(self._pending).encode() + b"\0")
+            self._pending.clear()
+
+    def batches(self, size: int) -> Iterator[list[str]]:
+        """The keys in order, ``size`` at a time."""
+        self._flush()
+        self._file.seek(0)
+        batch: list[str] = []
+        carry = b""
+        while chunk := self._file.read(1 << 20):
+            *names, carry = (carry + chunk).split(b"\0")
+            for name in names:
+                batch.append(name.decode())
+                if len(batch) >= size:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def close(self) -> None:
+        """Remove the file."""
+        self._pending.clear()
+        self._file.close()
