@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from asyncshard.backends import LocalStore
+from asyncshard.convert import shard_store_async
+from asyncshard.walk import iter_keys
+from tests.scale_store import SyntheticStore, array_doc, sink
 
 
 async def peak_added(call: Callable[[], Awaitable[Any]]) -> tuple[Any, int]:
@@ -42,7 +45,10 @@ async def test_local_listing_streams(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
 
     async def count() -> int:
-        return sum([1 async for _ in store.list_prefix("")])
+        n = 0
+        async for _ in store.list_prefix(""):
+            n += 1
+        return n
 
     n, added = await peak_added(count)
     assert n == 20_010
@@ -62,3 +68,43 @@ async def test_local_listing_stopped_early_closes_its_folders(tmp_path: Path) ->
         await asyncio.sleep(0.01)
     assert len(first) == 10 and all(k.startswith("a/b/c.") for k in first)
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def _flat(n: int) -> SyntheticStore:
+    grid = (n // 100, 100)
+    return SyntheticStore(grid, bytes(64), {"a/zarr.json": array_doc(grid)})
+
+
+def _status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise LookupError(field)
+
+
+async def test_listing_a_million_keys_holds_a_batch() -> None:
+    """``iter_keys`` (what conversions list with) streams 10^6 keys in a few MB of
+    resident memory (peak, with a generous margin; holding the keys takes 70 MB)."""
+    store = _flat(1_000_000)
+    Path("/proc/self/clear_refs").write_text("5")  # the peak restarts from here
+    before = _status("VmRSS")
+    n = 0
+    async for _ in iter_keys(store, "a/"):
+        n += 1
+    added = _status("VmHWM") - before
+    assert n == 1_000_001
+    assert added < 16_000_000, added
+
+
+async def _shard_to(n: int) -> int:
+    source, target = _flat(n), sink()
+    summary, added = await peak_added(lambda: shard_store_async(source, 8, to=target))
+    assert summary.chunks_moved == n and target.sunk == -(-n // 800) * 13  # shards
+    return added
+
+
+async def test_shard_to_memory_does_not_grow_with_the_chunks() -> None:
+    """``shard --to`` of 64,000 chunks adds less than 1.5x the memory of 8,000 (it held
+    322 B a chunk: 2.6 MB and 21 MB); ``benchmarks/bench_scale.py`` goes to 10^6."""
+    small, large = await _shard_to(8_000), await _shard_to(64_000)
+    assert large < 1.5 * small, (small, large)
