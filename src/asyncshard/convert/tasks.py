@@ -179,7 +179,11 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
-        return encode_shard({self.dst.grid.object_of(c)[1]: v for c, v in chunks}, self.dst.index)
+        lo = [t * n for t, n in zip(target, self.dst.cps, strict=True)]  # the target's first
+        positions = {  # the chunks are the target's (planned so): no per-chunk lookup
+            tuple([c - f for c, f in zip(chunk, lo, strict=True)]): v for chunk, v in chunks
+        }
+        return encode_shard(positions, self.dst.index)
 
     async def write_shard(
         self,
