@@ -13,8 +13,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from asyncshard.backends import LocalStore
-from asyncshard.convert import shard_store_async
+from asyncshard.convert import reshard_async, shard_store_async, spill, tasks, unshard_store_async
+from asyncshard.convert.layout import read_layout, retarget
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
+from asyncshard.formats.zarr3.shard import encode_shard
 from asyncshard.walk import iter_keys
 from tests.scale_store import SyntheticStore, array_doc, sink
 
@@ -103,8 +108,51 @@ async def _shard_to(n: int) -> int:
     return added
 
 
+@pytest.fixture(autouse=True)
+def _both_spill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs shorter than the smaller sizes: both sizes use the spill's disk runs, so a
+    comparison sees growth, not the spill's fixed buffers appearing."""
+    monkeypatch.setattr(spill, "RUN", 2048)
+
+
 async def test_shard_to_memory_does_not_grow_with_the_chunks() -> None:
     """``shard --to`` of 64,000 chunks adds less than 1.5x the memory of 8,000 (it held
     322 B a chunk: 2.6 MB and 21 MB); ``benchmarks/bench_scale.py`` goes to 10^6."""
     small, large = await _shard_to(8_000), await _shard_to(64_000)
+    assert large < 1.5 * small, (small, large)
+
+
+def _sharded(n: int) -> SyntheticStore:
+    """A sharded array of ``n`` chunks: shards of 8x8 chunks of 64 bytes, generated."""
+    grid = (n // 640, 10)  # shards
+    chunks = {(i, j): bytes(64) for i in range(8) for j in range(8)}
+    doc = retarget(array_doc((grid[0] * 8, grid[1] * 8)), (8, 8), ChunkKeyEncoding())
+    shard = encode_shard(chunks, read_layout(doc).index)  # type: ignore[arg-type]
+    return SyntheticStore(grid, shard, {"a/zarr.json": doc})
+
+
+async def _converted(n: int, convert: Callable[[SyntheticStore], Awaitable[Any]]) -> int:
+    store = _sharded(n)
+    summary, added = await peak_added(lambda: convert(store))
+    assert summary.chunks_moved == n and store.erased == n // 64  # every source shard
+    return added
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        lambda s: unshard_store_async(s, separator=".", manifest=False),  # one pass: unpack
+        lambda s: reshard_async(s, 4, separator=".", manifest=False),  # split
+        lambda s: reshard_async(s, 16, separator=".", manifest=False),  # repack: pairs
+    ],
+    ids=["unshard", "split", "repack"],
+)
+async def test_in_place_memory_does_not_grow_with_the_chunks(
+    convert: Callable[[SyntheticStore], Awaitable[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unshard and reshard in place: 64,000 chunks add less than 1.5x what 6,400 add
+    (without a manifest, which collects up to 16,384 chunks). (A repack's cache of source indexes is bounded by ``INDEX_CACHE_BYTES``; shrunk
+    here so that filling it does not stand for growth.)"""
+    monkeypatch.setattr(tasks, "INDEX_CACHE_BYTES", 256 * 1024)
+    small, large = await _converted(6_400, convert), await _converted(64_000, convert)
     assert large < 1.5 * small, (small, large)

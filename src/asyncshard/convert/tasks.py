@@ -37,8 +37,10 @@ from asyncshard.store import Data, Store
 
 __all__ = ["ChunkMover", "PrecomputedExecutor", "ZarrExecutor", "read_present_chunks"]
 
-#: Bytes of source shard indexes a repacking executor keeps cached.
-INDEX_CACHE_BYTES = 64 * 1024 * 1024
+#: Bytes of source shard indexes a repacking executor keeps cached: about 2,800
+#: indexes of 8x8 chunks, so targets read their sources' indexes once on arrays up to
+#: about 1,400 source shards wide (a source feeds the targets of two target rows).
+INDEX_CACHE_BYTES = 4 * 1024 * 1024
 #: A split task reads its source shard whole up to this size; a larger one is read by
 #: range, one target at a time (memory: one target per task instead of the source).
 SPLIT_WHOLE_BYTES = 64 * 1024 * 1024

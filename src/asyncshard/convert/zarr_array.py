@@ -194,8 +194,17 @@ class ZarrArray(Convertible):
         return self.layout(doc).parse_object_key
 
     def planner(self, source: Doc, target: Doc) -> PassPlanner:
-        self._moved = []
+        self._moved = [] if self._collects() else None
         return PassPlanner(self.layout(source), self.layout(target))
+
+    def _collects(self) -> bool:
+        """Whether the switch writes a manifest from the chunks moved: a chunk-keys one
+        to rewrite, or none yet and ``manifest`` asks for one."""
+        try:
+            form = manifest_form(self.doc, self.layout())
+        except ValueError:  # an unknown form: left as it is
+            return False
+        return form == "chunk-keys" or (form is None and self.manifest)
 
     def account(self, result: TaskResult) -> None:
         """Collect the chunks moved for the manifest, up to :data:`MANIFEST_LIMIT`."""
