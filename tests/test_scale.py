@@ -151,8 +151,9 @@ async def test_in_place_memory_does_not_grow_with_the_chunks(
     convert: Callable[[SyntheticStore], Awaitable[Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Unshard and reshard in place: 64,000 chunks add less than 1.5x what 6,400 add
-    (without a manifest, which collects up to 16,384 chunks). (A repack's cache of source indexes is bounded by ``INDEX_CACHE_BYTES``; shrunk
-    here so that filling it does not stand for growth.)"""
+    (without a manifest, which collects up to 16,384 chunks). A repack's cache of
+    source indexes is bounded by ``INDEX_CACHE_BYTES``; shrunk here so that filling
+    it does not stand for growth."""
     monkeypatch.setattr(tasks, "INDEX_CACHE_BYTES", 256 * 1024)
     small, large = await _converted(6_400, convert), await _converted(64_000, convert)
     assert large < 1.5 * small, (small, large)
