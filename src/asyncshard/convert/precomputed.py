@@ -30,11 +30,9 @@ and igneous' guidance gives (few shard files of bounded size, small indexes):
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
-
-import numpy as np
 
 from asyncshard.backends.registry import StoreLocation
 from asyncshard.convert.api import blocking, fold_storage_options
@@ -48,7 +46,8 @@ from asyncshard.convert.pipeline import (
     write_json,
 )
 from asyncshard.convert.report import ArrayReport, ConversionSummary
-from asyncshard.convert.runner import PassSpec, Task
+from asyncshard.convert.runner import PassSpec
+from asyncshard.convert.scaleplan import ScalePlan
 from asyncshard.convert.tasks import PrecomputedExecutor
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.precomputed.spec import ShardingSpec
@@ -90,100 +89,6 @@ def default_sharding(
         minishard_index_encoding="gzip",
         data_encoding="raw",
     )
-
-
-def _shards_of(scale: Scale, spec: ShardingSpec, names: Sequence[str]) -> list[int]:
-    """Shard number (under ``spec``) of each unsharded chunk name of ``scale``."""
-    if not names:
-        return []
-    positions = np.array([scale.parse_chunk_name(n) for n in names], dtype=np.int64)
-    shards, _ = spec.shard_and_minishard(scale.chunk_ids(positions))
-    return [int(s) for s in shards.tolist()]
-
-
-def plan_scale(
-    src: Scale, dst: Scale, src_names: Sequence[str], dst_names: Sequence[str] = ()
-) -> list[Task[str]]:
-    """Tasks converting the objects ``src_names`` of ``src`` (file names in the scale
-    folder); ``dst_names``: objects of ``dst`` written by an interrupted run."""
-    src_names = sorted(src_names)
-    if dst.sharding is not None:
-        spec = dst.sharding
-        done = set(dst_names)
-        groups: dict[int, list[str]] = {}
-        for name, shard in zip(src_names, _shards_of(src, spec, src_names), strict=True):
-            groups.setdefault(shard, []).append(name)
-        tasks: list[Task[str]] = []
-        for shard, members in sorted(groups.items()):
-            target = spec.shard_filename(shard)
-            if target in done:
-                tasks.append(Task("index", target, tuple(members)))
-            else:
-                tasks.append(Task("pack", target, tuple(members)))
-        return tasks
-    assert src.sharding is not None
-    by_shard: dict[int, list[str]] = {}
-    written = sorted(dst_names)
-    for name, shard in zip(written, _shards_of(dst, src.sharding, written), strict=True):
-        by_shard.setdefault(shard, []).append(name)
-    return [
-        Task(
-            "unpack",
-            None,
-            (name,),
-            tuple(by_shard.get(src.sharding.parse_shard_filename(name) or 0, ())),
-        )
-        for name in src_names
-    ]
-
-
-class ScalePlan:
-    """The plan of a scale's pass (:func:`plan_scale`), from the file names listed.
-
-    Held in memory: a scale's names are grouped by hashed shard number, which no key
-    order gives (see docs/ARCHITECTURE.md, "Conversions at scale").
-    """
-
-    def __init__(self, src: Scale, dst: Scale) -> None:
-        self.src, self.dst = src, dst
-        self.names: list[str] = []
-        self.done: list[str] = []
-        self.ignored = 0
-        self._tasks: list[Task[str]] | None = None
-
-    @property
-    def found(self) -> int:
-        """Target files found."""
-        return len(self.done)
-
-    @property
-    def sources(self) -> int:
-        """Source files planned."""
-        return len(self.names)
-
-    def add_source(self, obj: Hashable) -> None:
-        """A source file found."""
-        self.names.append(str(obj))
-
-    def add_done(self, obj: Hashable) -> None:
-        """A target file found."""
-        self.done.append(str(obj))
-
-    def _planned(self) -> list[Task[str]]:
-        if self._tasks is None:
-            self._tasks = plan_scale(self.src, self.dst, self.names, self.done)
-        return self._tasks
-
-    def count(self) -> int:
-        """How many tasks."""
-        return len(self._planned())
-
-    def tasks(self) -> Iterator[Task[str]]:
-        """The tasks."""
-        return iter(self._planned())
-
-    def close(self) -> None:
-        """Nothing held on disk."""
 
 
 def _object_names(scale: Scale, prefix: str) -> Callable[[str], Hashable | None]:

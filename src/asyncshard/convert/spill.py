@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BLOCK_BYTES", "RUN", "Codes", "KeyFile", "SortedSpill", "groups"]
+__all__ = ["BLOCK_BYTES", "RUN", "Codes", "Cursor", "KeyFile", "SortedSpill", "groups"]
 
 Codes = npt.NDArray[np.uint64]
 
@@ -232,3 +232,36 @@ class KeyFile:
         """Remove the file."""
         self._pending.clear()
         self._file.close()
+
+
+class Cursor:
+    """Membership in a sorted stream of codes, for queries in increasing order."""
+
+    def __init__(self, blocks: Iterator[Codes]) -> None:
+        self._blocks = blocks
+        self._codes: Codes = np.empty(0, dtype=np.uint64)
+
+    def members(self, block: Codes) -> npt.NDArray[np.bool_]:
+        """Which codes of ``block`` (sorted, above every earlier query) are in the stream."""
+        if not block.size:
+            return np.zeros(0, dtype=bool)
+        high = block[-1]
+        taken = []
+        while True:
+            if not self._codes.size:
+                nxt = next(self._blocks, None)
+                if nxt is None:
+                    break
+                self._codes = nxt
+            cut = int(np.searchsorted(self._codes, high, side="right"))
+            taken.append(self._codes[:cut])
+            self._codes = self._codes[cut:]
+            if self._codes.size:
+                break
+        if not taken:
+            return np.zeros(block.size, dtype=bool)
+        return np.isin(block, np.concatenate(taken))
+
+    def has(self, code: int) -> bool:
+        """Whether ``code`` (above every earlier query) is in the stream."""
+        return bool(self.members(np.array([code], dtype=np.uint64))[0])

@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from asyncshard.convert.layout import ArrayLayout
 from asyncshard.convert.runner import Task, TaskKind
-from asyncshard.convert.spill import Codes, SortedSpill, groups
+from asyncshard.convert.spill import Codes, Cursor, SortedSpill, groups
 from asyncshard.errors import ConversionError
 from asyncshard.formats.zarr3.keys import Coords
 
@@ -218,7 +218,7 @@ class PassPlanner:
         return plans[self.kind]()
 
     def _pack(self) -> Iterator[Planned]:
-        done = _Cursor(self._done.blocks())
+        done = Cursor(self._done.blocks())
         for shard, codes in groups(self._sources.blocks(), self.cps.size):
             self._count += codes.size
             target = self._object(self.dst_objects, shard)
@@ -242,7 +242,7 @@ class PassPlanner:
                 yield "unpack", None, _const((shard,)), existing
 
     def _copy(self) -> Iterator[Planned]:
-        done = _Cursor(self._done.blocks())
+        done = Cursor(self._done.blocks())
         for block in self._sources.blocks():
             self._count += block.size
             for number, found in zip(block.tolist(), done.members(block).tolist(), strict=True):
@@ -253,7 +253,7 @@ class PassPlanner:
                     yield "copy", obj, _const((obj,)), _none
 
     def _copy_flat(self) -> Iterator[Planned]:
-        done = _Cursor(self._done.blocks())
+        done = Cursor(self._done.blocks())
         todo: list[Codes] = []
         held = 0
         for block in self._sources.blocks():
@@ -294,7 +294,7 @@ class PassPlanner:
                     rows = np.array(targets, dtype=np.int64).reshape(len(targets), src.ndim)
                     codes = self.dst_objects.number(rows) * np.uint64(nsrc) + np.uint64(number)
                     pairs.add(codes * np.uint64(2) + np.uint64(whole))
-            done = _Cursor(self._done.blocks())
+            done = Cursor(self._done.blocks())
             for target, codes in groups(pairs.blocks(), 2 * nsrc):
                 found = done.has(target)
                 if codes.size == 1 and int(codes[0]) & 1:  # inside its one splittable source
@@ -360,39 +360,6 @@ def _none() -> tuple[Coords, ...]:
 
 def _const(value: tuple[Coords, ...]) -> Lazy:
     return lambda: value
-
-
-class _Cursor:
-    """Membership in a sorted stream of codes, for queries in increasing order."""
-
-    def __init__(self, blocks: Iterator[Codes]) -> None:
-        self._blocks = blocks
-        self._codes: Codes = np.empty(0, dtype=np.uint64)
-
-    def members(self, block: Codes) -> npt.NDArray[np.bool_]:
-        """Which codes of ``block`` (sorted, above every earlier query) are in the stream."""
-        if not block.size:
-            return np.zeros(0, dtype=bool)
-        high = block[-1]
-        taken = []
-        while True:
-            if not self._codes.size:
-                nxt = next(self._blocks, None)
-                if nxt is None:
-                    break
-                self._codes = nxt
-            cut = int(np.searchsorted(self._codes, high, side="right"))
-            taken.append(self._codes[:cut])
-            self._codes = self._codes[cut:]
-            if self._codes.size:
-                break
-        if not taken:
-            return np.zeros(block.size, dtype=bool)
-        return np.isin(block, np.concatenate(taken))
-
-    def has(self, code: int) -> bool:
-        """Whether ``code`` (above every earlier query) is in the stream."""
-        return bool(self.members(np.array([code], dtype=np.uint64))[0])
 
 
 def plan_from(
