@@ -100,8 +100,8 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    for i in range(5000):
-        (tmp_path / f"key-{i:05d}").write_bytes(b"")
+    for i in range(5000):  # 300 KB of names: more than a pipe holds, so writes block
+        (tmp_path / f"key-{i:05d}-{'x' * 50}").write_bytes(b"")
     proc = subprocess.Popen(
         [
             sys.executable,
