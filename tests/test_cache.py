@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
+import tracemalloc
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from asyncshard.cache import CacheEntry, LoadingCache, default_cache
+from asyncshard.backends import MemoryStore
+from asyncshard.cache import ENTRY_OVERHEAD, CacheEntry, LoadingCache, charge_of, default_cache
+from asyncshard.formats.zarr3.grid import ShardingLayout
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
+from asyncshard.formats.zarr3.shard import IndexLayout, encode_shard
+from asyncshard.sharding.zarr import ZarrShardedStore
 
 
 def loader(
@@ -33,11 +41,13 @@ async def test_concurrent_misses_make_one_load() -> None:
 
 
 async def test_lru_charged_by_bytes() -> None:
-    cache = LoadingCache(max_bytes=1000)
+    each = charge_of("index of a", "v1", 300)  # the payload, the objects, the overhead
+    assert each == 300 + sys.getsizeof("index of a") + sys.getsizeof("v1") + ENTRY_OVERHEAD
+    cache = LoadingCache(max_bytes=2 * each)
     calls: list[str] = []
     for key in "abc":
-        await cache.get(key, loader(calls, key, nbytes=300, delay=0))  # 500 bytes charged each
-    assert len(cache) == 2 and cache.current_bytes == 1000
+        await cache.get(key, loader(calls, key, nbytes=300, delay=0))
+    assert len(cache) == 2 and cache.current_bytes == 2 * each
     assert cache.peek("a") is None and cache.peek("c") is not None
     await cache.get("huge", loader(calls, "huge", nbytes=5000, delay=0))
     assert cache.peek("huge") is None  # larger than the whole budget: returned, not kept
@@ -173,7 +183,8 @@ def test_offered_answers_never_replace_what_the_cache_learned_since() -> None:
 def test_generation_changes_when_an_entry_leaves_or_changes() -> None:
     """Adding entries keeps the generation; replacing, evicting, dropping and clearing
     change it; confirming (``touch``) and dropping a missing key do not."""
-    cache = LoadingCache(max_bytes=1000)
+    small, big = charge_of("A", "v1", 100), charge_of("X", "v1", 450)
+    cache = LoadingCache(max_bytes=2 * small + big - 1)
     g = cache.generation
     a = cache.put("a", "A", "v1", 100)
     cache.put("b", "B", "v1", 100)
@@ -184,7 +195,7 @@ def test_generation_changes_when_an_entry_leaves_or_changes() -> None:
     cache.put("a", "A2", "v2", 100)
     assert cache.generation > g, "replaced"
     g = cache.generation
-    cache.put("big", "X", "v1", 450)  # charged 650 beside 2 x 300: "b" (least recent) leaves
+    cache.put("big", "X", "v1", 450)  # beside two small ones: "b" (least recent) leaves
     assert cache.peek("b") is None and cache.peek("a") is not None
     assert cache.generation > g, "evicted"
     g = cache.generation
@@ -197,3 +208,34 @@ def test_generation_changes_when_an_entry_leaves_or_changes() -> None:
     g = cache.generation
     cache.clear()
     assert cache.generation > g
+
+
+@pytest.mark.parametrize("cps", [(4, 4), (8, 8), (32, 32)])
+async def test_index_entries_are_charged_what_they_hold(cps: tuple[int, int]) -> None:
+    """A cached shard index is charged within 15 % of the memory it holds (tracemalloc):
+    small indexes are mostly objects around the table, not the table."""
+    index = IndexLayout(cps)
+    store = MemoryStore()
+    n = 600
+    for i in range(n):
+        await store.set(f"arr/c/{i}/0", encode_shard({(0, 0): b"x" * 8}, index))
+    shape = (n * cps[0] * 2, cps[1] * 2)
+    shard_shape = (cps[0] * 2, cps[1] * 2)
+    layout = ShardingLayout(shape, shard_shape, (2, 2), cps, index, ChunkKeyEncoding(prefix="arr/"))
+    cache = LoadingCache(1 << 40)
+    sharded = ZarrShardedStore(store, layout, cache=cache)
+    await sharded.get("arr/c/0/0")  # first use: the store's own objects
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        charged = cache.current_bytes
+        for i in range(1, n):
+            await sharded.get(f"arr/c/{i * cps[0]}/0")
+        gc.collect()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == n
+    ratio = (after - before) / (cache.current_bytes - charged)
+    assert 0.85 < ratio < 1.15, ratio

@@ -11,7 +11,7 @@ import pytest
 
 from asyncshard.backends import MemoryStore
 from asyncshard.keys import split_dir
-from asyncshard.walk import MAX_LEVELS, MAX_PARTS, PAGE, WIDTH, list_keys, walk_keys
+from asyncshard.walk import MAX_LEVELS, MAX_PARTS, PAGE, WIDTH, iter_keys, list_keys, walk_keys
 
 CHUNKS = [f"a/c/{i}/{j}/{k}" for i in range(4) for j in range(4) for k in range(4)]
 
@@ -250,3 +250,39 @@ async def test_a_refused_listing_leaves_no_unretrieved_failure() -> None:
     finally:
         loop.set_exception_handler(None)
     assert logged == []
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        CHUNKS,  # less than a page: the page or the walk
+        [f"a/c/{i}/{j}" for i in range(40) for j in range(60)],  # pages: the walk, queued
+        [f"a/c.{i}" for i in range(2500)],  # flat: one list_dir
+    ],
+)
+async def test_iter_keys_streams_what_list_keys_lists(keys: list[str]) -> None:
+    store = await seeded(keys)
+    streamed = [k async for k in iter_keys(store, "a/")]
+    assert sorted(streamed) == sorted(await list_keys(store, "a/"))
+    assert len(streamed) == len(set(streamed)) == len(keys) + 1
+    assert store.running == 0
+
+
+async def test_iter_keys_holds_a_bounded_queue_and_stops_with_its_reader() -> None:
+    """A reader that stops early leaves no listing running; the walk waited for it."""
+    store = await seeded([f"a/c/{i}/{j}" for i in range(20) for j in range(2000)])
+    listing = iter_keys(store, "a/")
+    seen = [await anext(listing) for _ in range(10)]
+    await asyncio.sleep(0.05)  # the walk fills its queue, then waits
+    assert len(seen) == 10
+    await listing.aclose()  # type: ignore[attr-defined]
+    assert store.running == 0
+
+
+async def test_iter_keys_raises_a_failed_listing() -> None:
+    store = await seeded([f"a/c/{i}/{j}" for i in range(40) for j in range(60)])
+    store.fail_at = "a/c/3/"
+    with pytest.raises(OSError, match="a/c/3/"):
+        async for _ in iter_keys(store, "a/"):
+            pass
+    assert store.running == 0

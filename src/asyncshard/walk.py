@@ -32,13 +32,22 @@ every store that keeps the Store contract (the conformance suite checks it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from asyncshard.keys import validate_prefix
 from asyncshard.store import Store
 
-__all__ = ["MAX_LEVELS", "MAX_PARTS", "PAGE", "WIDTH", "list_keys", "walk_keys"]
+__all__ = [
+    "MAX_LEVELS",
+    "MAX_PARTS",
+    "PAGE",
+    "QUEUE",
+    "WIDTH",
+    "iter_keys",
+    "list_keys",
+    "walk_keys",
+]
 
 #: Listings at a time, and the folders the walk looks for before it lists.
 WIDTH = 16
@@ -48,6 +57,8 @@ MAX_LEVELS = 3
 MAX_PARTS = 256
 #: Keys of a listing's page on S3 and GCS: fewer, and one listing request holds them all.
 PAGE = 1000
+#: Batches of keys a streamed walk holds ready at most (:func:`iter_keys`).
+QUEUE = 8
 
 T = TypeVar("T")
 
@@ -126,6 +137,98 @@ async def list_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
         for task in (page, walk):
             task.cancel()  # a no-op once done
         await asyncio.gather(page, walk, return_exceptions=True)
+
+
+async def iter_keys(store: Store, prefix: str, *, width: int = WIDTH) -> AsyncIterator[str]:
+    """Every key that ``store.list_prefix(prefix)`` lists, in no particular order, as a
+    stream: what conversions list with, holding a few batches of keys whatever the count.
+
+    On a store whose listing is no round trip (local files, memory) the listing itself
+    (a ``LocalStore`` reads folder by folder as it goes). On a store that lists in
+    pages, :func:`list_keys`' race: the first page of one listing, and the walk, whose
+    listings put their keys into a queue of :data:`QUEUE` batches (a listing waits
+    while the queue is full); a folder of less than a page is answered by whichever
+    finishes first. What a walk still holds is the ``list_dir`` of the folders it walks
+    (all the keys of a flat folder: ``c.i.j`` keys gain nothing from the walk anyway).
+    """
+    prefix = validate_prefix(prefix)
+    if not (store.lists_in_pages and _walkable(store, prefix)):
+        async for key in store.list_prefix(prefix):
+            yield key
+        return
+    queue: asyncio.Queue[list[str]] = asyncio.Queue(QUEUE)
+    page = asyncio.ensure_future(_first_page(store, prefix))
+    walk = asyncio.ensure_future(_walk_into(store, prefix, width, queue))
+    try:
+        await asyncio.wait((page, walk), return_when=asyncio.FIRST_COMPLETED)
+        if not (walk.done() and walk.exception() is None):  # running, or failed
+            keys = await page
+            if keys is not None:  # less than a page: all of it
+                for key in keys:
+                    yield key
+                return
+        page.cancel()
+        while True:
+            batch = asyncio.ensure_future(queue.get())
+            await asyncio.wait((batch, walk), return_when=asyncio.FIRST_COMPLETED)
+            if not batch.done():  # the walk ended: its failure, or what it left
+                batch.cancel()
+                walk.result()
+                while not queue.empty():
+                    for key in queue.get_nowait():
+                        yield key
+                return
+            for key in batch.result():
+                yield key
+    finally:
+        for task in (page, walk):
+            task.cancel()  # a no-op once done
+        await asyncio.gather(page, walk, return_exceptions=True)
+
+
+async def _first_page(store: Store, prefix: str) -> list[str] | None:
+    """The keys of ``prefix`` if fewer than ``PAGE``, else ``None``."""
+    keys: list[str] = []
+    listing = store.list_prefix(prefix)
+    try:
+        async for key in listing:
+            keys.append(key)
+            if len(keys) >= PAGE:
+                return None
+    finally:
+        if isinstance(listing, AsyncGenerator):
+            await listing.aclose()
+    return keys
+
+
+async def _walk_into(
+    store: Store, prefix: str, width: int, queue: asyncio.Queue[list[str]]
+) -> None:
+    """:func:`walk_keys`, its keys put into ``queue`` in batches of at most ``PAGE``."""
+    folders = [prefix]
+    for _ in range(MAX_LEVELS):
+        below: list[str] = []
+        for found, subfolders in await _each(folders, store.list_dir, width):
+            for i in range(0, len(found), PAGE):
+                await queue.put(found[i : i + PAGE])
+            below.extend(subfolders)
+        folders = below
+        if len(folders) >= width:
+            break
+
+    async def listed(part: tuple[str, str]) -> None:
+        known, start = part  # the keys directly in ``known`` came with its list_dir
+        batch: list[str] = []
+        async for key in store.list_prefix(start):
+            if "/" in key[len(known) :]:
+                batch.append(key)
+                if len(batch) >= PAGE:
+                    await queue.put(batch)
+                    batch = []
+        if batch:
+            await queue.put(batch)
+
+    await _each(_parts(folders), listed, width)
 
 
 def _walkable(store: Store, prefix: str) -> bool:

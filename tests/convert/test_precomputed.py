@@ -184,3 +184,47 @@ def test_default_sharding(size: tuple[int, ...], chunk: tuple[int, ...], dtype: 
     chunk_bytes = np.prod(chunk) * np.dtype(dtype).itemsize
     assert per_shard == 1 or per_shard * chunk_bytes <= 64 * 2**20
     Scale.from_json({**doc, "sharding": spec.to_json()})  # a valid sharded scale
+
+
+@pytest.mark.parametrize("run", [4, 1 << 13])
+def test_the_streamed_scale_plan_is_the_plan_in_memory(
+    run: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shard and unshard plans from spilled codes (tiny runs: merged from disk) equal
+    :func:`plan_scale`'s, resumed targets included."""
+    from asyncshard.convert import spill
+    from asyncshard.convert.scaleplan import ScalePlan, plan_scale
+    from asyncshard.formats.precomputed.spec import ShardingSpec
+    from asyncshard.formats.precomputed.volume import Scale
+
+    monkeypatch.setattr(spill, "RUN", run)
+    doc = {
+        "key": "s",
+        "size": [40, 24, 16],
+        "chunk_sizes": [[8, 8, 8]],
+        "resolution": [1, 1, 1],
+        "voxel_offset": [0, 0, 0],
+        "encoding": "raw",
+    }
+    flat = Scale.from_json(doc)
+    spec = ShardingSpec(2, "murmurhash3_x86_128", 1, 3, "gzip", "raw")
+    sharded = Scale.from_json({**doc, "sharding": spec.to_json()})
+    names = [flat.chunk_name((x, y, z)) for x in range(5) for y in range(3) for z in range(2)]
+    shards = sorted({spec.shard_filename(int(s)) for s in range(spec.num_shards)})
+    for src, dst, found, done in [
+        (flat, sharded, names, shards[::3]),
+        (sharded, flat, shards, names[::4]),
+    ]:
+        plan = ScalePlan(src, dst)
+        for name in reversed(found):
+            plan.add_source(name)
+        for name in done:
+            plan.add_done(name)
+        streamed = list(plan.tasks())
+        assert plan.count() == len(streamed)
+        plan.close()
+        expected = plan_scale(src, dst, found, done)
+        normal = [(t.kind, t.target, sorted(t.sources), sorted(t.existing)) for t in streamed]
+        assert normal == [
+            (t.kind, t.target, sorted(t.sources), sorted(t.existing)) for t in expected
+        ]

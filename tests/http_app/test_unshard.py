@@ -491,7 +491,7 @@ async def test_remembered_answers_leave_with_their_bytes(demo_copy: Path) -> Non
     inner = LocalStore(demo_copy)
     a, b = f"{ZARR_PATH}/c/0/0/0", f"{ZARR_PATH}/c/0/0/1"
     chunk_bytes = len(await UnshardedView(inner).get(a) or b"")
-    view = UnshardedView(inner, data_cache=LoadingCache(chunk_bytes + 300))  # one chunk
+    view = UnshardedView(inner, data_cache=LoadingCache(chunk_bytes + 1000))  # one chunk
     await view.get(a)
     first = view.get_now(a)
     assert view.get_now(a) is first

@@ -10,6 +10,13 @@ exist" needs no listing and no shard index reads. Two forms exist:
 * ``chunk-keys`` (written by asyncshard 0.1): the chunk keys relative to the array under
   its current key encoding (``c/0/1``, ``c.0.1``); it changes with the encoding.
 
+The manifest is bounded: a document every reader parses must not grow with the data
+(16.8 bytes a chunk: 17 MB at a million chunks). Conversions write one of at most
+:data:`MANIFEST_LIMIT` chunks; an array with more gets none (readers list the chunks
+instead, as zarr-vectors does without one), and a ``chunk-keys`` manifest that the
+conversion would have to rewrite beyond it is removed rather than left wrong. Collecting
+it costs at most that many coordinates in memory.
+
 A conversion never changes a manifest's form. A ``zarr-vectors`` manifest stays as it is
 (the conversion moves cells, it does not change which cells are stored); a
 ``chunk-keys`` manifest is rewritten under the new encoding from the chunks moved; one
@@ -32,10 +39,12 @@ from asyncshard.convert.layout import MANIFEST_ATTRIBUTE, ArrayLayout
 from asyncshard.convert.tasks import read_present_chunks
 from asyncshard.formats.zarr3.keys import Coords
 from asyncshard.store import Store
-from asyncshard.walk import list_keys
+from asyncshard.walk import iter_keys
 
 __all__ = [
+    "MANIFEST_LIMIT",
     "ORIGIN_ATTRIBUTE",
+    "REMOVE",
     "ManifestForm",
     "ManifestWarning",
     "manifest_form",
@@ -48,6 +57,10 @@ __all__ = [
 
 #: The attribute of zarr-vectors arrays giving the grid coordinates of cell ``(0, ...)``.
 ORIGIN_ATTRIBUTE = "chunk_grid_origin"
+#: Chunks a manifest written by a conversion lists at most (about 280 KB of JSON).
+MANIFEST_LIMIT = 16_384
+#: What :func:`switched_manifest` returns to remove the attribute.
+REMOVE: Literal["remove"] = "remove"
 
 ManifestForm = Literal["zarr-vectors", "chunk-keys"]
 
@@ -145,24 +158,32 @@ def switched_manifest(
     doc: Mapping[str, Any],
     source: ArrayLayout,
     target: ArrayLayout,
-    chunks: Iterable[Coords],
+    chunks: Iterable[Coords] | None,
     *,
     add: bool,
     name: str,
-) -> tuple[list[str] | None, str | None]:
+) -> tuple[list[str] | Literal["remove"] | None, str | None]:
     """The manifest to store with ``target`` after a pass, and a note for the report.
 
     ``doc``: the array document before the switch (layout ``source``); ``chunks``: the
-    chunks the pass moved. ``None`` leaves the attribute as it is: a ``zarr-vectors``
-    manifest (still right), an unknown one (warned about, and the note says so), or none
-    with ``add`` false.
+    chunks the pass moved, ``None`` when more than :data:`MANIFEST_LIMIT`. ``None``
+    leaves the attribute as it is: a ``zarr-vectors`` manifest (still right), an
+    unknown one (warned about, and the note says so), or none with ``add`` false (or
+    too many chunks to add one); :data:`REMOVE` removes a ``chunk-keys`` manifest
+    that too many chunks would have to list.
     """
     try:
         form = manifest_form(doc, source)
+        if chunks is None and (form == "chunk-keys" or (form is None and add)):
+            note = (
+                f"{MANIFEST_ATTRIBUTE} {'removed' if form else 'not written'}: more than "
+                f"{MANIFEST_LIMIT} chunks (readers list them)"
+            )
+            return (REMOVE if form else None), note
         if form is None and add:
-            return manifest_keys("zarr-vectors", doc, target, chunks), None
+            return manifest_keys("zarr-vectors", doc, target, chunks or ()), None
         if form == "chunk-keys":
-            return manifest_keys(form, doc, target, chunks), None
+            return manifest_keys(form, doc, target, chunks or ()), None
         return None, None
     except ValueError as exc:
         note = f"{MANIFEST_ATTRIBUTE} left unchanged: {exc}"
@@ -170,23 +191,36 @@ def switched_manifest(
         return None, note
 
 
-def with_manifest(doc: Mapping[str, Any], keys: list[str] | None) -> dict[str, Any]:
-    """``doc`` with its manifest set to ``keys`` (``None``: unchanged)."""
+def with_manifest(
+    doc: Mapping[str, Any], keys: list[str] | Literal["remove"] | None
+) -> dict[str, Any]:
+    """``doc`` with its manifest set to ``keys`` (``None``: unchanged; :data:`REMOVE`:
+    removed)."""
     out = copy.deepcopy(dict(doc))
     if keys is not None:
         attributes = dict(out.get("attributes") or {})
-        attributes[MANIFEST_ATTRIBUTE] = keys
+        if keys == REMOVE:
+            attributes.pop(MANIFEST_ATTRIBUTE, None)
+        else:
+            attributes[MANIFEST_ATTRIBUTE] = keys
         out["attributes"] = attributes
     return out
 
 
+def _too_many() -> ValueError:
+    return ValueError(f"more than {MANIFEST_LIMIT} chunks; a manifest lists at most that many")
+
+
 async def stored_chunks(store: Store, layout: ArrayLayout) -> list[Coords]:
-    """The (inner) chunks stored for ``layout``, from a listing and the shard indexes."""
+    """The (inner) chunks stored for ``layout``, from a listing and the shard indexes;
+    ``ValueError`` beyond :data:`MANIFEST_LIMIT` (found without holding the rest)."""
     objects = []
-    for key in await list_keys(store, layout.prefix):
+    async for key in iter_keys(store, layout.prefix):
         coords = layout.parse_object_key(key)
         if coords is not None and layout.grid.object_in_bounds(coords):
             objects.append(coords)
+            if len(objects) > MANIFEST_LIMIT:
+                raise _too_many()
     if not layout.sharded:
         return sorted(objects)
     limit = asyncio.Semaphore(_READ_CONCURRENCY)
@@ -196,4 +230,7 @@ async def stored_chunks(store: Store, layout: ArrayLayout) -> list[Coords]:
             return (await read_present_chunks(store, layout, shard))[0]
 
     found = await asyncio.gather(*(chunks_of(s) for s in objects))
-    return sorted(c for chunks in found for c in chunks)
+    chunks = sorted(c for chunks in found for c in chunks)
+    if len(chunks) > MANIFEST_LIMIT:
+        raise _too_many()
+    return chunks

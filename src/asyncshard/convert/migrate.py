@@ -38,11 +38,12 @@ from asyncshard.convert.consolidated import consolidate, without_consolidated
 from asyncshard.convert.hierarchy import HierarchyNode, walk_hierarchy
 from asyncshard.convert.journal import normalize, read_journal
 from asyncshard.convert.layout import encoding_json, read_layout
-from asyncshard.convert.pipeline import Doc, Listing, convert_nodes, write_json
+from asyncshard.convert.pipeline import Doc, convert_nodes, write_json
 from asyncshard.convert.plan import Request, normalize_shard_shape, resolve_target
 from asyncshard.convert.recode import recoder
 from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
-from asyncshard.convert.runner import PassSpec, Task
+from asyncshard.convert.runner import PassSpec
+from asyncshard.convert.streamplan import PassPlanner
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.convert.zarr_array import ZARR_OPTIONS, ZarrArray, ZarrOptions, array_prefix
 from asyncshard.errors import (
@@ -54,7 +55,7 @@ from asyncshard.errors import (
 )
 from asyncshard.formats import ome
 from asyncshard.formats.zarr2 import translate
-from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords
+from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
 from asyncshard.sharding.common import read_json
 from asyncshard.store import Store
 
@@ -76,6 +77,8 @@ class CopiedArray(ZarrArray):
     recode: dict[str, Any] | None = None
     recode_reason: str = ""
     _expected: int | None = None
+    _plan: PassPlanner | None = None
+    _moved_chunks: int = 0
 
     @property
     def finished(self) -> bool:
@@ -108,23 +111,26 @@ class CopiedArray(ZarrArray):
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         return PassSpec(ZarrExecutor, self.prefix, source, target, self.recode)
 
-    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[Coords]], int]:
-        tasks, ignored = super().plan(source, target, listing)
-        if not self.layout(source).sharded:  # every flat source chunk lands in a shard
-            self._expected = len(listing.objects) - ignored
-        return tasks, ignored
+    def planner(self, source: Doc, target: Doc) -> PassPlanner:
+        self._plan = super().planner(source, target)
+        self._moved_chunks = 0
+        return self._plan
 
-    async def switch(
-        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
-    ) -> None:
-        moved = sum(r.nchunks for r in results)
+    def account(self, result: TaskResult) -> None:
+        super().account(result)
+        self._moved_chunks += result.nchunks
+
+    async def switch(self, store: Store, target: Doc, report: ArrayReport) -> None:
+        moved = self._moved_chunks
+        if self._plan is not None and not self._plan.src.sharded:
+            self._expected = self._plan.sources  # every flat source chunk lands in a shard
         if self._expected is not None and moved != self._expected:
             raise ConversionError(
                 f"{self.path or '/'}: {moved} of {self._expected} source chunks reached "
                 "the destination (did the source change, or does a custom runner ignore "
                 "Job.source?); nothing was switched, run it again"
             )
-        await super().switch(store, target, results, report)
+        await super().switch(store, target, report)
         if self.recode is not None:
             report.notes.append(f"chunks re-encoded ({self.recode_reason})")
 

@@ -7,8 +7,10 @@ A :class:`Convertible` is what a conversion changes in place: a Zarr array
 how to switch the metadata; everything else is here, the same for every format:
 
 1. write the journal (:mod:`asyncshard.convert.journal`) naming source and target;
-2. list the node's objects and plan one task per target object (or source shard);
-3. run the tasks (:mod:`asyncshard.convert.runner`: asyncio or Dask);
+2. list the node's objects and plan one task per target object (or source shard), as
+   the listing arrives (a format's :class:`PassPlan`; Zarr's spills to disk,
+   :mod:`asyncshard.convert.streamplan`), the source keys kept on disk;
+3. run the tasks as they are made (:mod:`asyncshard.convert.runner`: asyncio or Dask);
 4. switch the metadata (conditional on the version read at the start);
 5. delete the old objects in large batches, then the journal (or start the next pass).
 
@@ -25,9 +27,9 @@ import asyncio
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict
 
 from asyncshard.backends.registry import StoreLocation, opened
 from asyncshard.convert.journal import Journal, journal_key, normalize, read_journal, remove_journal
@@ -42,11 +44,12 @@ from asyncshard.convert.report import (
     TaskResult,
 )
 from asyncshard.convert.runner import Job, PassSpec, Runner, Task, make_runner
+from asyncshard.convert.spill import KeyFile
 from asyncshard.errors import ConflictError, ConversionError
 from asyncshard.store import Store
-from asyncshard.walk import list_keys
+from asyncshard.walk import iter_keys
 
-__all__ = ["Convertible", "Listing", "RunOptions", "convert_nodes"]
+__all__ = ["Convertible", "PassPlan", "RunOptions", "convert_nodes"]
 
 Doc = dict[str, Any]
 #: Keys per ``erase_values`` call at most: S3 deletes up to 1,000 keys per request.
@@ -55,6 +58,8 @@ DELETE_BATCH = 1000
 #: deleted 4,096 keys in 0.38 s as 32 requests of 128 keys at once, 0.49 s as 8 of 512.
 DELETE_BATCHES_IN_FLIGHT = 32
 _MIN_DELETE_BATCH = 64
+#: Keys read back for deletion at a time (``delete_keys`` cuts them into batches).
+DELETE_ROUND = 8192
 
 
 class RunOptions(TypedDict, total=False):
@@ -89,19 +94,39 @@ class PassOptions:
             self.progress(event)
 
 
-@dataclass
-class Listing:
-    """The objects of a node found by listing: the keys and names of source objects, and
-    ``(key, name)`` of target objects (written by an interrupted run of the pass)."""
+class PassPlan(Protocol):
+    """The tasks of one pass, planned from the objects a listing finds as it finds them.
 
-    keys: list[str] = field(default_factory=list)
-    objects: list[Hashable] = field(default_factory=list)
-    found: list[tuple[str, Hashable]] = field(default_factory=list)
+    ``ignored``: source objects outside the node; ``found``: target objects found (an
+    interrupted run's); ``sources``: source objects planned (once :meth:`tasks` ran).
+    """
 
     @property
-    def found_objects(self) -> list[Hashable]:
-        """The names of the target objects found."""
-        return [obj for _, obj in self.found]
+    def ignored(self) -> int:
+        """Source objects outside the node."""
+
+    @property
+    def found(self) -> int:
+        """Target objects found."""
+
+    @property
+    def sources(self) -> int:
+        """Source objects the tasks read (known once :meth:`tasks` has run)."""
+
+    def add_source(self, obj: Any) -> None:
+        """A source object found."""
+
+    def add_done(self, obj: Any) -> None:
+        """A target object found."""
+
+    def count(self) -> int:
+        """How many tasks :meth:`tasks` gives."""
+
+    def tasks(self) -> Iterator[Task[Any]]:
+        """The tasks, made as they are taken."""
+
+    def close(self) -> None:
+        """Release what the plan holds (files on disk)."""
 
 
 class Convertible(ABC):
@@ -161,18 +186,19 @@ class Convertible(ABC):
         """A function naming the object of layout ``doc`` a key holds (``None``: none)."""
 
     @abstractmethod
-    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[Sequence[Task[Any]], int]:
-        """Tasks of a pass from the objects listed, and the number of objects ignored."""
+    def planner(self, source: Doc, target: Doc) -> PassPlan:
+        """An empty plan of the pass ``source -> target``, filled as the listing goes."""
 
     @abstractmethod
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         """What workers need to run the tasks of the pass ``source -> target``."""
 
+    def account(self, result: TaskResult) -> None:  # noqa: B027 - optional hook
+        """What one task of the current pass did (called as each finishes)."""
+
     @abstractmethod
-    async def switch(
-        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
-    ) -> None:
-        """Make ``target`` the node's layout (``results``: what the pass's tasks did)."""
+    async def switch(self, store: Store, target: Doc, report: ArrayReport) -> None:
+        """Make ``target`` the node's layout, once every task of the pass succeeded."""
 
     async def resync(self, store: Store) -> None:  # noqa: B027 - optional hook
         """Bring copies of the metadata up to date after an interrupted switch."""
@@ -222,39 +248,59 @@ async def delete_keys(store: Store, keys: Sequence[str]) -> None:
             raise outcome
 
 
-async def _list(
+async def _collect(
     store: Store,
     node: Convertible,
-    source: Doc,
-    target: Doc | None = None,
-    reader: Store | None = None,
-) -> Listing:
-    """The objects of layout ``source`` and ``target`` under the node's prefix; with a
-    separate ``reader``, the source objects are listed there and the targets in ``store``."""
-    src = node.parser(source)
-    dst = None if target is None else node.parser(target)
-    out = Listing()
-    for key in await list_keys(reader or store, node.prefix):
+    plan: PassPlan,
+    docs: tuple[Doc, Doc],
+    reader: Store | None,
+    listed: KeyFile | None,
+) -> str | None:
+    """Feed ``plan`` the objects of layouts ``docs`` (source, target) under the node's
+    prefix, as they are listed; with a separate ``reader``, source objects are listed
+    there and targets in ``store``. Source keys go to ``listed`` (to delete them after
+    the switch). Returns the key of a target object found, if any."""
+    src, dst = node.parser(docs[0]), node.parser(docs[1])
+    apart = reader not in (None, store)
+    example: str | None = None
+    async for key in iter_keys(reader or store, node.prefix):
         if (obj := src(key)) is not None:
-            out.keys.append(key)
-            out.objects.append(obj)
-        elif dst is not None and reader in (None, store) and (obj := dst(key)) is not None:
-            out.found.append((key, obj))
-    if dst is not None and reader not in (None, store):
-        for key in await list_keys(store, node.prefix):
+            plan.add_source(obj)
+            if listed is not None:
+                listed.add(key)
+        elif not apart and (obj := dst(key)) is not None:
+            plan.add_done(obj)
+            example = example or key
+    if apart:
+        async for key in iter_keys(store, node.prefix):
             if (obj := dst(key)) is not None:
-                out.found.append((key, obj))
-    return out
+                plan.add_done(obj)
+                example = example or key
+    return example
+
+
+async def _delete_listed(store: Store, keys: KeyFile) -> int:
+    """Delete the keys kept in ``keys``, :data:`DELETE_ROUND` at a time."""
+    for batch in keys.batches(DELETE_ROUND):
+        await delete_keys(store, batch)
+    return keys.count
 
 
 async def _delete_layout(store: Store, node: Convertible, doc: Doc) -> int:
     """Delete every object of layout ``doc`` left by an interrupted conversion, and the
     folders that the interrupted deletes emptied but did not remove; return how many
     objects."""
-    keys = (await _list(store, node, doc)).keys
-    await delete_keys(store, keys)
+    parse = node.parser(doc)
+    keys = KeyFile()
+    try:
+        async for key in iter_keys(store, node.prefix):
+            if parse(key) is not None:
+                keys.add(key)
+        deleted = await _delete_listed(store, keys)
+    finally:
+        keys.close()
     await store.prune(node.prefix)
-    return len(keys)
+    return deleted
 
 
 async def _settle_interrupted(
@@ -304,33 +350,42 @@ async def _run_pass(
 ) -> None:
     # layouts only: attributes (a manifest can be big) stay out of the journal and tasks
     source, target, final = (node.layout_doc(d) for d in docs)
-    listing = await _list(store, node, source, target, reader)
-    if listing.found and not resume:
-        raise ConversionError(
-            f"{node.path or '/'}: {len(listing.found)} objects already use the target keys "
-            f"(e.g. {listing.found[0][0]}) and no conversion journal accounts for them; "
-            "remove them and run again"
-        )
-    if not resume:
-        journal = Journal(normalize(source), normalize(target), normalize(final))
-        await journal.write(store, node.prefix)
-    tasks, ignored = node.plan(source, target, listing)
-    report.objects_ignored += ignored
-    description = f"{node.describe(source)} -> {node.describe(target)}"
-    opts.emit(PassStarted(node.path, number, passes, len(tasks), description))
-    results: list[TaskResult] = []
+    plan = node.planner(source, target)
+    listed = KeyFile() if reader is None else None
+    try:
+        example = await _collect(store, node, plan, (source, target), reader, listed)
+        if plan.found and not resume:
+            raise ConversionError(
+                f"{node.path or '/'}: {plan.found} objects already use the target keys "
+                f"(e.g. {example}) and no conversion journal accounts for them; "
+                "remove them and run again"
+            )
+        if not resume:
+            journal = Journal(normalize(source), normalize(target), normalize(final))
+            await journal.write(store, node.prefix)
+        ntasks = plan.count()
+        report.objects_ignored += plan.ignored
+        description = f"{node.describe(source)} -> {node.describe(target)}"
+        opts.emit(PassStarted(node.path, number, passes, ntasks, description))
+        chunks = 0
 
-    def on_result(result: TaskResult) -> None:
-        results.append(result)
-        report.add(result)
-        opts.emit(TaskDone(node.path, result))
+        def on_result(result: TaskResult) -> None:
+            nonlocal chunks
+            chunks += result.nchunks
+            report.add(result)
+            node.account(result)
+            opts.emit(TaskDone(node.path, result))
 
-    await opts.runner.run(Job(store, node.pass_spec(source, target), tasks, on_result, reader))
-    await node.switch(store, target, results, report)
-    if reader is None:
-        await delete_keys(store, listing.keys)
-        report.objects_deleted += len(listing.keys)
-    report.chunks = sum(r.nchunks for r in results)
+        spec = node.pass_spec(source, target)
+        await opts.runner.run(Job(store, spec, plan.tasks(), on_result, reader, ntasks))
+        await node.switch(store, target, report)
+        if listed is not None:
+            report.objects_deleted += await _delete_listed(store, listed)
+    finally:
+        plan.close()
+        if listed is not None:
+            listed.close()
+    report.chunks = chunks
     report.passes += 1
     if number == passes:
         await remove_journal(store, node.prefix)

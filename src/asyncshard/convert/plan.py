@@ -16,14 +16,10 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import numpy as np
-import numpy.typing as npt
 
 from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES, auto_for_document
 from asyncshard.convert.layout import (
@@ -36,7 +32,7 @@ from asyncshard.convert.layout import (
     retarget,
 )
 from asyncshard.convert.runner import Task, TaskKind
-from asyncshard.formats.zarr3.grid import ChunkGrid
+from asyncshard.convert.streamplan import plan_from
 from asyncshard.formats.zarr3.keys import ChunkKeyEncoding, Coords, Separator
 
 __all__ = [
@@ -48,9 +44,6 @@ __all__ = [
     "plan_passes",
     "resolve_target",
 ]
-
-#: Unsharded objects copied by one task (their keys change, nothing else).
-COPY_GROUP = 256
 
 
 def normalize_shard_shape(shard_shape: int | Sequence[int] | None, ndim: int) -> Coords | None:
@@ -158,10 +151,6 @@ def plan_passes(
     return [(dict(doc), middle), (middle, dict(final))]
 
 
-def _boxes(lo: Sequence[int], hi: Sequence[int]) -> Iterable[Coords]:
-    return itertools.product(*(range(a, b) for a, b in zip(lo, hi, strict=True)))
-
-
 def plan_pass(
     src: ArrayLayout,
     dst: ArrayLayout,
@@ -172,94 +161,8 @@ def plan_pass(
 
     ``src_objects``: coords of the source objects found (object grid of ``src``);
     ``dst_objects``: target objects already written by an interrupted run of the same
-    pass (trusted: writes are atomic and the source is unchanged).
+    pass (trusted: writes are atomic and the source is unchanged). The tasks of
+    :class:`~asyncshard.convert.streamplan.PassPlanner`, which conversions use to plan
+    as the listing arrives, in bounded memory.
     """
-    if src.chunk_shape != dst.chunk_shape or src.shape != dst.shape:
-        raise ValueError("source and target layouts differ in shape or chunk shape")
-    found = sorted(set(src_objects))
-    inside = _in_bounds(found, src.object_grid)
-    ignored = len(found) - len(inside)
-    done = set(dst_objects)
-    if src.sharded == dst.sharded and src.cps == dst.cps and src.index == dst.index:
-        if src.sharded:  # one shard per task: shards can be large
-            return [_copy_or_index(o, done) for o in inside], ignored
-        todo = [o for o in inside if o not in done]  # small objects: a group per task
-        copies = [
-            Task[Coords]("copy", None, tuple(todo[i : i + COPY_GROUP]))
-            for i in range(0, len(todo), COPY_GROUP)
-        ]
-        return copies + [Task("index", o, ()) for o in inside if o in done], ignored
-    if not src.sharded:  # flat -> sharded
-        groups = _group(inside, dst.grid)
-        return [_target_task("pack", t, c, done) for t, c in groups], ignored
-    if not dst.sharded:  # sharded -> flat
-        tasks: list[Task[Coords]] = []
-        for shard in inside:
-            lo, hi = src.grid.chunk_range(shard)
-            existing = tuple(c for c in _boxes(lo, hi) if c in done) if done else ()
-            tasks.append(Task("unpack", None, (shard,), existing))
-        return tasks, ignored
-    return _reshard_tasks(src, dst, inside, done), ignored
-
-
-def _reshard_tasks(
-    src: ArrayLayout, dst: ArrayLayout, shards: list[Coords], done: set[Coords]
-) -> list[Task[Coords]]:
-    """Sharded -> sharded with another shard shape: a ``split`` task per source shard
-    that alone feeds two or more targets (read once, whole), a ``repack`` task per
-    target fed by several source shards (or the only one of its source)."""
-    feeds: dict[Coords, list[Coords]] = {}
-    boxes: list[tuple[Coords, list[Coords]]] = []
-    for shard in shards:
-        targets = dst.grid.objects_over(*src.grid.chunk_range(shard))
-        boxes.append((shard, targets))
-        for target in targets:
-            feeds.setdefault(target, []).append(shard)
-    tasks: list[Task[Coords]] = []
-    for shard, targets in boxes:
-        if len(targets) < 2 or any(len(feeds[t]) > 1 for t in targets):
-            continue
-        for target in targets:
-            del feeds[target]
-        existing = tuple(t for t in targets if t in done)
-        if len(existing) < len(targets):
-            tasks.append(Task("split", None, (shard,), existing))
-        tasks.extend(Task("index", t, ()) for t in existing)
-    tasks.extend(_target_task("repack", t, tuple(s), done) for t, s in sorted(feeds.items()))
-    return tasks
-
-
-def _in_bounds(objects: list[Coords], grid: Coords) -> list[Coords]:
-    """The ``objects`` (sorted, distinct, each ``len(grid)`` non-negative ints) inside
-    ``grid``; checked all at once (a flat array can have millions)."""
-
-    def inside_one(obj: Coords) -> bool:
-        return all(0 <= c < g for c, g in zip(obj, grid, strict=True))
-
-    if not objects or not grid:
-        return [o for o in objects if inside_one(o)]
-    try:
-        arr = np.array(objects, dtype=np.int64)
-    except OverflowError:  # a stray key with a coordinate beyond int64: outside anyway
-        return [o for o in objects if inside_one(o)]
-    ok = (arr >= 0) & (arr < np.array(grid, dtype=np.int64))
-    mask: npt.NDArray[np.bool_] = np.all(ok, axis=1)
-    inside: list[bool] = mask.tolist()
-    return objects if all(inside) else list(itertools.compress(objects, inside))
-
-
-def _group(chunks: list[Coords], grid: ChunkGrid) -> list[tuple[Coords, tuple[Coords, ...]]]:
-    """``(object, its chunks)`` for the sorted ``chunks`` grouped into the objects of
-    ``grid``, in object order (chunks keep their order in a group)."""
-    rows = np.array(chunks, dtype=np.int64).reshape(len(chunks), grid.ndim)
-    return [(obj, tuple(chunks[i] for i in picks)) for obj, picks in grid.group_by_object(rows)]
-
-
-def _target_task(
-    kind: TaskKind, target: Coords, sources: tuple[Coords, ...], done: set[Coords]
-) -> Task[Coords]:
-    return Task("index", target, ()) if target in done else Task(kind, target, sources)
-
-
-def _copy_or_index(obj: Coords, done: set[Coords]) -> Task[Coords]:
-    return Task("index", obj, ()) if obj in done else Task("copy", obj, (obj,))
+    return plan_from(src, dst, src_objects, dst_objects)

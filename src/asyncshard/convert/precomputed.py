@@ -34,8 +34,6 @@ from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import numpy as np
-
 from asyncshard.backends.registry import StoreLocation
 from asyncshard.convert.api import blocking, fold_storage_options
 from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
@@ -43,13 +41,13 @@ from asyncshard.convert.journal import normalize
 from asyncshard.convert.pipeline import (
     Convertible,
     Doc,
-    Listing,
     RunOptions,
     convert_nodes,
     write_json,
 )
-from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
-from asyncshard.convert.runner import PassSpec, Task
+from asyncshard.convert.report import ArrayReport, ConversionSummary
+from asyncshard.convert.runner import PassSpec
+from asyncshard.convert.scaleplan import ScalePlan
 from asyncshard.convert.tasks import PrecomputedExecutor
 from asyncshard.errors import InvalidMetadataError
 from asyncshard.formats.precomputed.spec import ShardingSpec
@@ -91,51 +89,6 @@ def default_sharding(
         minishard_index_encoding="gzip",
         data_encoding="raw",
     )
-
-
-def _shards_of(scale: Scale, spec: ShardingSpec, names: Sequence[str]) -> list[int]:
-    """Shard number (under ``spec``) of each unsharded chunk name of ``scale``."""
-    if not names:
-        return []
-    positions = np.array([scale.parse_chunk_name(n) for n in names], dtype=np.int64)
-    shards, _ = spec.shard_and_minishard(scale.chunk_ids(positions))
-    return [int(s) for s in shards.tolist()]
-
-
-def plan_scale(
-    src: Scale, dst: Scale, src_names: Sequence[str], dst_names: Sequence[str] = ()
-) -> list[Task[str]]:
-    """Tasks converting the objects ``src_names`` of ``src`` (file names in the scale
-    folder); ``dst_names``: objects of ``dst`` written by an interrupted run."""
-    src_names = sorted(src_names)
-    if dst.sharding is not None:
-        spec = dst.sharding
-        done = set(dst_names)
-        groups: dict[int, list[str]] = {}
-        for name, shard in zip(src_names, _shards_of(src, spec, src_names), strict=True):
-            groups.setdefault(shard, []).append(name)
-        tasks: list[Task[str]] = []
-        for shard, members in sorted(groups.items()):
-            target = spec.shard_filename(shard)
-            if target in done:
-                tasks.append(Task("index", target, tuple(members)))
-            else:
-                tasks.append(Task("pack", target, tuple(members)))
-        return tasks
-    assert src.sharding is not None
-    by_shard: dict[int, list[str]] = {}
-    written = sorted(dst_names)
-    for name, shard in zip(written, _shards_of(dst, src.sharding, written), strict=True):
-        by_shard.setdefault(shard, []).append(name)
-    return [
-        Task(
-            "unpack",
-            None,
-            (name,),
-            tuple(by_shard.get(src.sharding.parse_shard_filename(name) or 0, ())),
-        )
-        for name in src_names
-    ]
 
 
 def _object_names(scale: Scale, prefix: str) -> Callable[[str], Hashable | None]:
@@ -209,17 +162,13 @@ class PrecomputedScale(Convertible):
     def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
         return _object_names(Scale.from_json(doc), self.prefix)
 
-    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[str]], int]:
-        src, dst = Scale.from_json(source), Scale.from_json(target)
-        names = [str(o) for o in listing.objects]
-        return plan_scale(src, dst, names, [str(o) for o in listing.found_objects]), 0
+    def planner(self, source: Doc, target: Doc) -> ScalePlan:
+        return ScalePlan(Scale.from_json(source), Scale.from_json(target))
 
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         return PassSpec(PrecomputedExecutor, self.prefix, source, target)
 
-    async def switch(
-        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
-    ) -> None:
+    async def switch(self, store: Store, target: Doc, report: ArrayReport) -> None:
         self.info["scales"][self.index] = target
         self.version = await write_json(store, INFO, self.info, self.version)
         self.doc = target

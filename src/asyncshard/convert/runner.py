@@ -15,8 +15,9 @@ switches the metadata and deletes the old objects once every task succeeded.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -101,13 +102,16 @@ class PassSpec:
 @dataclass(frozen=True)
 class Job:
     """The tasks of one pass writing to ``store`` and reading from ``source`` (``None``:
-    the same store); ``on_result`` is called as each task finishes."""
+    the same store); ``on_result`` is called as each task finishes. ``tasks`` may be an
+    iterator that makes each task as it is taken (a conversion's are: a runner takes
+    them as it goes, holding those in flight); ``ntasks`` says how many it gives."""
 
     store: Store
     spec: PassSpec
-    tasks: Sequence[Any]
+    tasks: Iterable[Any]
     on_result: Callable[[TaskResult], None]
     source: Store | None = None
+    ntasks: int | None = None
 
     def executor(self) -> Executor:
         """The executor of this job's tasks in this process (reading from ``source``):
@@ -124,7 +128,7 @@ class Runner(Protocol):
 
 async def run_tasks(
     executor: Executor,
-    tasks: Sequence[Any],
+    tasks: Iterable[Any],
     on_result: Callable[[TaskResult], None],
     max_in_flight: int,
 ) -> None:
@@ -149,7 +153,8 @@ async def run_tasks(
                 raise
             on_result(result)
 
-    workers = [asyncio.create_task(worker()) for _ in range(min(max_in_flight, len(tasks)))]
+    n = min(max_in_flight, len(tasks)) if isinstance(tasks, Sized) else max_in_flight
+    workers = [asyncio.create_task(worker()) for _ in range(n)]
     try:
         outcomes = await asyncio.gather(*workers, return_exceptions=True)
     except BaseException:  # cancelled from outside: take the workers with us
@@ -216,8 +221,10 @@ def run_batch(
     return loops.run(go())
 
 
-def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
 
 
 class DaskRunner:
@@ -259,30 +266,46 @@ class DaskRunner:
         return max(1, min(64, math.ceil(ntasks / (4 * threads))))
 
     def _run_blocking(self, job: Job, source: StoreAddress | None) -> None:
+        """Submit batches as they are made, at most four per worker thread at a time
+        (the tasks are made as they are taken: a pass of a million chunks is not held)."""
         import distributed
 
-        as_completed: Any = distributed.as_completed
         target = StoreAddress(self.url, self.storage_options)
-        futures = [
-            self.client.submit(
-                run_batch, target, source, job.spec, list(batch), self.max_in_flight, pure=False
-            )
-            for batch in _batches(job.tasks, self._batch_size(len(job.tasks)))
-        ]
+        tasks = list(job.tasks) if job.ntasks is None else job.tasks
+        ntasks = len(tasks) if isinstance(tasks, Sized) else job.ntasks or 0
+        batches = _batches(tasks, self._batch_size(ntasks))
+        threads: int = max(1, sum(self.client.nthreads().values()))
+        # the client's own loop: it need not be dask's default client
+        as_completed: Any = distributed.as_completed
+        running: Any = as_completed([], loop=self.client.loop)
+        pending: set[Any] = set()
+
+        def submit() -> None:
+            batch = next(batches, None)
+            if batch is not None:
+                future = self.client.submit(
+                    run_batch, target, source, job.spec, batch, self.max_in_flight, pure=False
+                )
+                pending.add(future)
+                running.add(future)
+
         try:
-            # the client's own loop: it need not be dask's default client
-            for future in as_completed(futures, loop=self.client.loop):
+            for _ in range(4 * threads):
+                submit()
+            for future in running:
+                pending.discard(future)
                 for result in future.result():
                     job.on_result(result)
+                submit()
         except BaseException:
-            self.client.cancel(futures)
+            self.client.cancel(list(pending))
             raise
 
     async def run(self, job: Job) -> None:
         """Run the job's tasks on the cluster; a separate source store is reopened on
         the workers from its URL too."""
         source = None if job.source is None else StoreAddress.of(job.source)
-        if job.tasks:
+        if job.ntasks != 0:
             await asyncio.to_thread(self._run_blocking, job, source)
 
 

@@ -37,8 +37,10 @@ from asyncshard.store import Data, Store
 
 __all__ = ["ChunkMover", "PrecomputedExecutor", "ZarrExecutor", "read_present_chunks"]
 
-#: Bytes of source shard indexes a repacking executor keeps cached.
-INDEX_CACHE_BYTES = 64 * 1024 * 1024
+#: Bytes of source shard indexes a repacking executor keeps cached: about 2,800
+#: indexes of 8x8 chunks, so targets read their sources' indexes once on arrays up to
+#: about 1,400 source shards wide (a source feeds the targets of two target rows).
+INDEX_CACHE_BYTES = 4 * 1024 * 1024
 #: A split task reads its source shard whole up to this size; a larger one is read by
 #: range, one target at a time (memory: one target per task instead of the source).
 SPLIT_WHOLE_BYTES = 64 * 1024 * 1024
@@ -179,7 +181,11 @@ class ZarrExecutor(ChunkMover[Coords]):
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
-        return encode_shard({self.dst.grid.object_of(c)[1]: v for c, v in chunks}, self.dst.index)
+        lo = [t * n for t, n in zip(target, self.dst.cps, strict=True)]  # the target's first
+        positions = {  # the chunks are the target's (planned so): no per-chunk lookup
+            tuple([c - f for c, f in zip(chunk, lo, strict=True)]): v for chunk, v in chunks
+        }
+        return encode_shard(positions, self.dst.index)
 
     async def write_shard(
         self,

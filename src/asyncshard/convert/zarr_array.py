@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from asyncshard.convert.journal import normalize
 from asyncshard.convert.layout import (
@@ -14,6 +14,7 @@ from asyncshard.convert.layout import (
     read_layout,
 )
 from asyncshard.convert.manifest import (
+    MANIFEST_LIMIT,
     manifest_form,
     manifest_keys,
     stored_chunks,
@@ -23,18 +24,17 @@ from asyncshard.convert.manifest import (
 from asyncshard.convert.pipeline import (
     Convertible,
     Doc,
-    Listing,
     RunOptions,
     write_json,
 )
 from asyncshard.convert.plan import (
     Request,
-    plan_pass,
     plan_passes,
     resolve_target,
 )
 from asyncshard.convert.report import ArrayReport, TaskResult
-from asyncshard.convert.runner import PassSpec, Task
+from asyncshard.convert.runner import PassSpec
+from asyncshard.convert.streamplan import PassPlanner
 from asyncshard.convert.tasks import ZarrExecutor
 from asyncshard.errors import (
     InvalidMetadataError,
@@ -145,6 +145,8 @@ class ZarrArray(Convertible):
     request: Request
     manifest: bool = True
     rebuild_manifest: bool = False
+    #: The chunks the current pass moved, for the manifest (``None``: too many).
+    _moved: list[Coords] | None = field(default=None, init=False, repr=False)
 
     @property
     def prefix(self) -> str:
@@ -191,20 +193,37 @@ class ZarrArray(Convertible):
     def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
         return self.layout(doc).parse_object_key
 
-    def plan(self, source: Doc, target: Doc, listing: Listing) -> tuple[list[Task[Coords]], int]:
-        objects = cast(list[Coords], listing.objects)
-        found = cast(list[Coords], listing.found_objects)
-        return plan_pass(self.layout(source), self.layout(target), objects, found)
+    def planner(self, source: Doc, target: Doc) -> PassPlanner:
+        self._moved = [] if self._collects() else None
+        return PassPlanner(self.layout(source), self.layout(target))
+
+    def _collects(self) -> bool:
+        """Whether the switch writes a manifest from the chunks moved: a chunk-keys one
+        to rewrite, or none yet and ``manifest`` asks for one."""
+        try:
+            form = manifest_form(self.doc, self.layout())
+        except ValueError:  # an unknown form: left as it is
+            return False
+        return form == "chunk-keys" or (form is None and self.manifest)
+
+    def account(self, result: TaskResult) -> None:
+        """Collect the chunks moved for the manifest, up to :data:`MANIFEST_LIMIT`."""
+        if self._moved is not None:
+            self._moved.extend(result.chunks)
+            if len(self._moved) > MANIFEST_LIMIT:
+                self._moved = None
 
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         return PassSpec(ZarrExecutor, self.prefix, source, target)
 
-    async def switch(
-        self, store: Store, target: Doc, results: Sequence[TaskResult], report: ArrayReport
-    ) -> None:
-        chunks = [c for result in results for c in result.chunks]
+    async def switch(self, store: Store, target: Doc, report: ArrayReport) -> None:
         keys, note = switched_manifest(
-            self.doc, self.layout(), self.layout(target), chunks, add=self.manifest, name=self.path
+            self.doc,
+            self.layout(),
+            self.layout(target),
+            self._moved,
+            add=self.manifest,
+            name=self.path,
         )
         if note is not None and note not in report.notes:  # once for both passes of a reshard
             report.notes.append(note)

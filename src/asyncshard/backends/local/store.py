@@ -337,8 +337,17 @@ class LocalStore(Store):
     # -- listing ------------------------------------------------------------------------
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
-        for key in await asyncio.to_thread(listing.walk, self._root, prefix):
-            yield key
+        """Streams: a batch of keys per worker-thread hop, as the folders are read."""
+        keys = listing.KeyStream(self._root, prefix)
+        try:
+            while True:
+                batch = await asyncio.to_thread(keys.take)
+                for key in batch:
+                    yield key
+                if len(batch) < listing.BATCH:
+                    return
+        finally:
+            keys.close()
 
     async def _list_dir(self, prefix: str) -> tuple[list[str], list[str]]:
         return await asyncio.to_thread(listing.scan, self._root, prefix)
