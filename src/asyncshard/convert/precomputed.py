@@ -45,7 +45,7 @@ from asyncshard.convert.pipeline import (
     convert_nodes,
     write_json,
 )
-from asyncshard.convert.report import ArrayReport, ConversionSummary
+from asyncshard.convert.report import ArrayReport, ConversionSummary, TaskResult
 from asyncshard.convert.runner import PassSpec
 from asyncshard.convert.scaleplan import ScalePlan
 from asyncshard.convert.tasks import PrecomputedExecutor
@@ -163,7 +163,12 @@ class PrecomputedScale(Convertible):
         return _object_names(Scale.from_json(doc), self.prefix)
 
     def planner(self, source: Doc, target: Doc) -> ScalePlan:
+        self._shards = 0
         return ScalePlan(Scale.from_json(source), Scale.from_json(target))
+
+    def account(self, result: TaskResult) -> None:
+        """Count the shards written: a task writes one target shard."""
+        self._shards += 1 if result.nchunks else 0
 
     def pass_spec(self, source: Doc, target: Doc) -> PassSpec:
         return PassSpec(PrecomputedExecutor, self.prefix, source, target)
@@ -172,7 +177,7 @@ class PrecomputedScale(Convertible):
         self.info["scales"][self.index] = target
         self.version = await write_json(store, INFO, self.info, self.version)
         self.doc = target
-        report.shards = sum(1 for r in results if r.nchunks) if target.get("sharding") else 0
+        report.shards = self._shards if target.get("sharding") else 0
 
 
 def _retarget(scale_doc: Mapping[str, Any], sharding: ShardingSpec | None) -> Doc:

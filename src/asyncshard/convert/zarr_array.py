@@ -195,7 +195,9 @@ class ZarrArray(Convertible):
 
     def planner(self, source: Doc, target: Doc) -> PassPlanner:
         self._moved = [] if self._collects() else None
-        return PassPlanner(self.layout(source), self.layout(target))
+        self._pass_target = self.layout(target)
+        self._shards = 0
+        return PassPlanner(self.layout(source), self._pass_target)
 
     def _collects(self) -> bool:
         """Whether the switch writes a manifest from the chunks moved: a chunk-keys one
@@ -207,7 +209,12 @@ class ZarrArray(Convertible):
         return form == "chunk-keys" or (form is None and self.manifest)
 
     def account(self, result: TaskResult) -> None:
-        """Collect the chunks moved for the manifest, up to :data:`MANIFEST_LIMIT`."""
+        """Count the target shards holding the task's chunks (each target object is one
+        task's; a copy's task cuts one source shard into several), and collect the
+        chunks moved for the manifest, up to :data:`MANIFEST_LIMIT`."""
+        if self._pass_target.sharded:
+            grid = self._pass_target.grid
+            self._shards += len({grid.object_of(c)[0] for c in result.chunks})
         if self._moved is not None:
             self._moved.extend(result.chunks)
             if len(self._moved) > MANIFEST_LIMIT:
@@ -227,8 +234,7 @@ class ZarrArray(Convertible):
         )
         if note is not None and note not in report.notes:  # once for both passes of a reshard
             report.notes.append(note)
-        sharded = self.layout(target).sharded  # the last pass's count is the result's
-        report.shards = sum(1 for r in results if r.nchunks) if sharded else 0
+        report.shards = self._shards  # the last pass's count is the result's
         doc = dict(normalize(target))
         doc["attributes"] = self.doc.get("attributes", {})
         await self._write(store, with_manifest(doc, keys))
