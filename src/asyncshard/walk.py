@@ -111,21 +111,7 @@ async def list_keys(store: Store, prefix: str, *, width: int = WIDTH) -> list[st
     if not store.lists_in_pages:
         return await walk_keys(store, prefix, width=width)
 
-    async def first_page() -> list[str] | None:
-        """The keys if fewer than ``PAGE``, else ``None``."""
-        keys: list[str] = []
-        listing = store.list_prefix(prefix)
-        try:
-            async for key in listing:
-                keys.append(key)
-                if len(keys) >= PAGE:
-                    return None
-        finally:
-            if isinstance(listing, AsyncGenerator):
-                await listing.aclose()
-        return keys
-
-    page = asyncio.ensure_future(first_page())
+    page = asyncio.ensure_future(_first_page(store, prefix))
     walk = asyncio.ensure_future(walk_keys(store, prefix, width=width))
     try:
         await asyncio.wait((page, walk), return_when=asyncio.FIRST_COMPLETED)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 import numpy as np
 
 from asyncshard.convert.runner import Task, TaskKind
-from asyncshard.convert.spill import Codes, Cursor, SortedSpill, groups
+from asyncshard.convert.spill import Codes, Cursor, SortedSpill, groups, with_done
 from asyncshard.formats.precomputed.spec import ShardingSpec
 from asyncshard.formats.precomputed.volume import Scale
 
@@ -164,17 +164,10 @@ class ScalePlan:
             yield kind, self.spec.shard_filename(shard), names, _none
 
     def _unpacks(self) -> Iterator[tuple[TaskKind, str | None, Names, Names]]:
-        done = groups(self._done.blocks(), 1 << self.bits)
-        pending = next(done, None)
-        for block in self._sources.blocks():
-            self._count += block.size
-            for number in block.tolist():
-                while pending is not None and pending[0] < number:
-                    pending = next(done, None)
-                existing = _none
-                if pending is not None and pending[0] == number:
-                    existing = self._chunk_names(self.dst, pending[1].copy())
-                yield "unpack", None, _names((self.spec.shard_filename(number),)), existing
+        for number, done in with_done(self._sources.blocks(), self._done.blocks(), 1 << self.bits):
+            self._count += 1
+            existing = _none if done is None else self._chunk_names(self.dst, done.copy())
+            yield "unpack", None, _names((self.spec.shard_filename(number),)), existing
 
     def close(self) -> None:
         """Remove the spilled runs."""

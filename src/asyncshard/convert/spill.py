@@ -191,6 +191,21 @@ def groups(blocks: Iterator[Codes], size: int) -> Iterator[tuple[int, Codes]]:
         yield int(carry[0] // np.uint64(size)), carry
 
 
+def with_done(
+    sources: Iterator[Codes], done: Iterator[Codes], size: int
+) -> Iterator[tuple[int, Codes | None]]:
+    """Each number of the sorted stream ``sources`` with the codes of the sorted stream
+    ``done`` under it (``code // size`` equal; ``None`` when there are none): a merge of
+    two sorted streams, holding a block of each."""
+    done_groups = groups(done, size)
+    pending = next(done_groups, None)
+    for block in sources:
+        for number in block.tolist():
+            while pending is not None and pending[0] < number:
+                pending = next(done_groups, None)
+            yield number, pending[1] if pending is not None and pending[0] == number else None
+
+
 class KeyFile:
     """Keys kept in an unnamed temporary file (``NUL``-separated: no key holds one),
     read back in batches; the file is gone once closed."""

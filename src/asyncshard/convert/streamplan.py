@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from asyncshard.convert.layout import ArrayLayout
 from asyncshard.convert.runner import Task, TaskKind
-from asyncshard.convert.spill import Codes, Cursor, SortedSpill, groups
+from asyncshard.convert.spill import Codes, Cursor, SortedSpill, groups, with_done
 from asyncshard.errors import ConversionError
 from asyncshard.formats.zarr3.keys import Coords
 
@@ -228,18 +228,11 @@ class PassPlanner:
                 yield "pack", target, self._chunk_tuples(codes, self.dst), _none
 
     def _unpack(self) -> Iterator[Planned]:
-        done = groups(self._done.blocks(), self.cps.size)
-        pending = next(done, None)
-        for block in self._sources.blocks():
-            self._count += block.size
-            for number in block.tolist():
-                while pending is not None and pending[0] < number:
-                    pending = next(done, None)
-                existing = _none
-                if pending is not None and pending[0] == number:
-                    existing = self._chunk_tuples(pending[1], self.src)
-                shard = self._object(self.src_objects, number)
-                yield "unpack", None, _const((shard,)), existing
+        for number, done in with_done(self._sources.blocks(), self._done.blocks(), self.cps.size):
+            self._count += 1
+            existing = _none if done is None else self._chunk_tuples(done, self.src)
+            shard = self._object(self.src_objects, number)
+            yield "unpack", None, _const((shard,)), existing
 
     def _copy(self) -> Iterator[Planned]:
         done = Cursor(self._done.blocks())
