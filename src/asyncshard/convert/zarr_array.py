@@ -208,8 +208,11 @@ class ZarrArray(Convertible):
         )
         if note is not None and note not in report.notes:  # once for both passes of a reshard
             report.notes.append(note)
-        sharded = self.layout(target).sharded  # the last pass's count is the result's
-        report.shards = sum(1 for r in results if r.nchunks) if sharded else 0
+        # the shards holding the chunks (the last pass's count is the result's); not the
+        # tasks: a copy's task cuts one source shard into several
+        grid = self.layout(target).grid
+        sharded = self.layout(target).sharded
+        report.shards = len({grid.object_of(c)[0] for c in chunks}) if sharded else 0
         doc = dict(normalize(target))
         doc["attributes"] = self.doc.get("attributes", {})
         await self._write(store, with_manifest(doc, keys))
