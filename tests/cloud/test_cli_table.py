@@ -182,3 +182,30 @@ def test_serve_reaches_the_bucket_through_the_flags(bucket: Bucket, workers: str
             assert answer.read() == b"hello world"
     finally:
         assert server.stop() == 0
+
+
+def test_unshard_of_zarr_v2_names_what_can_be_done(bucket: Bucket, tmp_path: Path) -> None:
+    """Zarr v2 arrays have no shards: ``unshard`` (which has no ``--to``) says so and names
+    the commands that do something with them, not a ``--to`` it does not take."""
+    import zarr
+
+    flat = str(tmp_path / "flat.zarr")
+    zarr.create_array(flat, shape=(8,), dtype="uint8", chunks=(4,), zarr_format=2)[...] = 1
+
+    async def upload() -> None:
+        async with s3_store_on(bucket.server, f"{bucket.empty}/v2") as store:
+            for path in (tmp_path / "flat.zarr").rglob("*"):
+                if path.is_file():
+                    await store.set(
+                        str(path.relative_to(tmp_path / "flat.zarr")), path.read_bytes()
+                    )
+
+    asyncio.run(upload())
+    url = f"s3://{bucket.server.bucket}/{bucket.empty}/v2"
+    result = CliRunner().invoke(cli, ["unshard", url, *bucket.flags()])
+    assert result.exit_code == 1, result.output
+    assert "give --to" not in result.stderr
+    assert "Zarr v2 arrays, which have no shards to undo" in result.stderr
+    assert "asyncshard shard URL SHAPE --to DEST" in result.stderr
+    sharded = CliRunner().invoke(cli, ["shard", url, "2", *bucket.flags()])
+    assert sharded.exit_code == 1 and "give --to DEST" in sharded.stderr
