@@ -79,7 +79,7 @@ def test_version() -> None:
 def test_cloud_configuration_errors_are_one_line(url: str, message: str) -> None:
     result = CliRunner().invoke(cli, ["ls", url])
     assert isinstance(result.exception, SystemExit), result.exception
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error
     assert "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
@@ -90,7 +90,7 @@ def test_cloud_configuration_errors_are_one_line(url: str, message: str) -> None
 def test_a_url_with_a_missing_slash_fails_and_shows_the_fix(url: str) -> None:
     scheme, _, rest = url.partition(":")
     code, out, err = run("ls", url)
-    assert code == 1 and out == b""
+    assert code == 2 and out == b""  # a usage error
     assert f"write {scheme}://{rest.lstrip('/')}" in err and len(err.splitlines()) == 1
 
 

@@ -15,7 +15,7 @@ from asyncshard.backends.registry import open_store
 from asyncshard.errors import AsyncShardError, InvalidKeyError
 from asyncshard.keys import dir_prefix
 from asyncshard.ranges import ByteRange, parse_range
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.storage_flags import command_error, storage_flags, storage_options
 from asyncshard.store import Store
 from asyncshard.transfer import copy_tree_async, remove_tree_async
 
@@ -24,7 +24,8 @@ R = TypeVar("R")
 
 
 def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
-    """Run an async command; turn expected failures into one line and exit status 1."""
+    """Run an async command; turn expected failures into one line and exit status 1 (2
+    for a usage error: :func:`~asyncshard.storage_flags.command_error`)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -33,7 +34,7 @@ def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
         except BrokenPipeError:
             raise  # the reader went away (``ls | head``): click ends quietly, status 1
         except (AsyncShardError, OSError) as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+            raise command_error(exc) from None
 
     return wrapper
 

@@ -104,18 +104,46 @@ TABLE = [
     # every array already in that layout is a success
     (["unshard", S3], True, 0, "", "left as it is (already flat"),
     # a missing slash is not a local path
-    (["ls", "s3:/{bucket}/x"], True, 1, "write s3://", "{bucket}/x"),
-    (["cat", "s3:{bucket}", "k"], True, 1, "write s3://", "{bucket}"),
+    (["ls", "s3:/{bucket}/x"], True, 2, "write s3://", "{bucket}/x"),
+    (["cat", "s3:{bucket}", "k"], True, 2, "write s3://", "{bucket}"),
     # a missing key in an existing bucket is a missing key
     (["cat", S3, "nope"], True, 1, "no such key: ", "nope"),
     # the flags reach the store, and wrong ones fail before any request
     (["cat", S3, "hello"], True, 0, "", "hello world"),
     (["ls", S3], True, 0, "", "hello"),
-    (["ls", S3, "-o", "endpiont=http://x"], True, 1, "UnknownOptionError: ", "endpiont"),
-    (["ls", S3, "-o", "max_retries=x"], True, 1, "StoreConfigError: ", "max_retries"),
+    (["ls", S3, "-o", "endpiont=http://x"], True, 2, "UnknownOptionError: ", "endpiont"),
+    (["ls", S3, "-o", "max_retries=x"], True, 2, "StoreConfigError: ", "max_retries"),
     (["ls", S3, "-o", "novalue"], True, 2, "KEY=VALUE", "novalue"),
     (["ls", "/tmp", "--endpoint", "http://x"], False, 2, "--endpoint", "s3://"),
     (["ls", "/tmp", "--anon"], False, 2, "--anon", "cloud URLs"),
+    # a usage mistake exits 2 in every command: a malformed URL, an unknown scheme, an
+    # unknown storage option, a destination inside its source
+    *[
+        ([*command[:1], url, *command[1:], *extra], bool(extra), 2, kind, text)
+        for command in (
+            ["ls"],
+            ["cat", "k"],
+            ["put", "k", "-"],
+            ["rm", "k"],
+            ["rm", "-r", "-y"],
+            ["shard", "2"],
+            ["shard", "2", "--to", "/tmp/x"],
+            ["unshard"],
+            ["reshard", "2"],
+            ["verify"],
+            ["repair"],
+            ["cp", "-r", "/tmp/x"],
+            ["serve", "--port", "0"],
+        )
+        for url, extra, kind, text in (
+            ("s3:{bucket}", [], "UnknownSchemeError: ", "write s3://"),
+            ("s4://{bucket}/x", [], "UnknownSchemeError: ", "'s4'"),
+            (S3, ["-o", "endpiont=http://x"], "UnknownOptionError: ", "endpiont"),
+        )
+        if not (command[0] == "serve" and "s3:" in url)  # not a URL: serve opens a folder
+    ],
+    (["shard", S3, "2", "--to", S3 + "/in"], True, 2, "OverlappingStoresError: ", "inside"),
+    (["cp", "-r", S3, S3 + "/in"], True, 2, "OverlappingStoresError: ", "overlap"),
     (
         ["ls", S3, "--anon", "--endpoint", "{endpoint}"],
         False,

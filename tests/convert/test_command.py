@@ -80,7 +80,7 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "ShardShapeError" in result.output
     assert "array 'a'" in result.output and "the array 2" in result.output
     result = invoke(shard, "nope://x", "2")
-    assert result.exit_code == 1 and "UnknownSchemeError" in result.output
+    assert result.exit_code == 2 and "UnknownSchemeError" in result.output
     assert [c.name for c in commands()] == ["shard", "unshard", "reshard"]
 
 

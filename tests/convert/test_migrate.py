@@ -261,7 +261,7 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
     refused = runner.invoke(
         cli, ["shard", str(source), "2", "--to", str(dest), "--to-option", "x=1"]
     )
-    assert refused.exit_code == 1 and "UnknownOptionError" in refused.output
+    assert refused.exit_code == 2 and "UnknownOptionError" in refused.output
     usage = runner.invoke(cli, ["shard", str(source), "2", "--to-option", "x=1"])
     assert usage.exit_code == 2 and "need --to DEST" in usage.output
     usage = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--rebuild-manifest"])

@@ -40,7 +40,7 @@ from asyncshard.errors import AsyncShardError
 from asyncshard.formats.zarr3.keys import Separator
 from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import pair_options, storage_flags, storage_options
+from asyncshard.storage_flags import command_error, pair_options, storage_flags, storage_options
 from asyncshard.store import Store
 
 __all__ = ["reshard", "shard", "unshard"]
@@ -234,7 +234,7 @@ def _run(
             else:
                 summary = run_sync(_convert(url, storage, fmt, conversion))
     except (AsyncShardError, OSError, ValueError) as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc) from None
     finally:
         progress.close()
     if as_json:

@@ -36,7 +36,7 @@ from asyncshard.server.runner import (
 from asyncshard.server.workers import WorkerFailed, serve_workers
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.storage_flags import command_error, storage_flags, storage_options
 
 TOKEN_ENV = "ASYNCSHARD_TOKEN"
 DEFAULT_PORT = 8000
@@ -218,7 +218,7 @@ def serve(
             ) from None
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except (AsyncShardError, ValueError, WorkerFailed) as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc) from None
     except KeyboardInterrupt:  # pragma: no cover - interactive
         pass
 
