@@ -83,8 +83,12 @@ async def ls(url: str, prefix: str, recursive: bool, **flags: Any) -> None:
                 click.echo(name)
             listed = len(keys) + len(prefixes)
     if not listed:
-        where = f"{url.rstrip('/')}/{prefix}" if prefix else url
-        raise click.ClickException(f"nothing at {where}: no such folder, or an empty one")
+        raise click.ClickException(_nothing_at(f"{url.rstrip('/')}/{prefix}" if prefix else url))
+
+
+def _nothing_at(where: str) -> str:
+    """The error of ``ls`` and ``rm -r`` that found no object at ``where``."""
+    return f"nothing at {where}: no such folder, or an empty one"
 
 
 @cli.command("cat")
@@ -143,7 +147,8 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
     the folder URL (or below the folders KEYS below it), printing how many.
 
     -r asks for confirmation on a terminal; elsewhere (scripts, pipes) it refuses to run
-    without -y, so that a mistyped URL cannot empty a bucket unseen.
+    without -y, so that a mistyped URL cannot empty a bucket unseen. Exits 1 when -r
+    finds nothing to delete: no such folder, or an empty one (a typo is no success).
     """
     if not recursive:
         if not keys:
@@ -163,6 +168,8 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
             )
         click.confirm(f"Delete every object below {', '.join(where)}?", abort=True)
     removed = _delete(url, prefixes or ("",), flags, tree=True)
+    if not removed:  # a typo must not pass for a success
+        raise click.ClickException(_nothing_at(", ".join(where)))
     noun = "object" if removed == 1 else "objects"
     click.echo(f"removed {removed} {noun} below {', '.join(where)}")
 
