@@ -119,3 +119,18 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly(tmp_path: Path) -> N
     err = proc.stderr.read()
     assert proc.wait(60) == 1
     assert err == b""
+
+
+@pytest.mark.parametrize("flag", ["-j", "--max-in-flight", "--in-flight"])
+def test_the_in_flight_flag_is_spelt_alike_in_every_command(tmp_path: Path, flag: str) -> None:
+    """``shard`` and ``verify`` both take ``-j``, ``--max-in-flight`` (shown in the help)
+    and ``--in-flight`` (a hidden alias)."""
+    from tests.convert.helpers import make_array
+
+    make_array(tmp_path / "arr", (16, 16), (4, 4))
+    runner = CliRunner()
+    for args in (["shard", str(tmp_path), "2"], ["verify", str(tmp_path)]):
+        result = runner.invoke(cli, [*args, flag, "2", "-q"])
+        assert result.exit_code == 0, result.output
+        shown = runner.invoke(cli, [args[0], "--help"]).output
+        assert "-j, --max-in-flight" in shown and "--in-flight" not in shown

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from asyncshard.cli_options import in_flight_option
 from asyncshard.convert.api import run_sync
 from asyncshard.errors import AsyncShardError, DatasetMismatchError, NoShardedDataError
 from asyncshard.integrity.report import IntegrityReport
@@ -42,14 +43,7 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
                 help="Also decode every chunk through its codecs (Zarr: crc32c, gzip, zstd, "
                 "blosc, then the chunk's size; precomputed: gzip).",
             ),
-            click.option(
-                "-j",
-                "--max-in-flight",
-                default=DEFAULT_IN_FLIGHT,
-                show_default=True,
-                type=click.IntRange(min=1),
-                help="Whole shards in memory at once.",
-            ),
+            in_flight_option(DEFAULT_IN_FLIGHT, "Whole shards in memory at once."),
             click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
             click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
             storage_flags,
