@@ -134,3 +134,24 @@ def test_the_in_flight_flag_is_spelt_alike_in_every_command(tmp_path: Path, flag
         assert result.exit_code == 0, result.output
         shown = runner.invoke(cli, [args[0], "--help"]).output
         assert "-j, --max-in-flight" in shown and "--in-flight" not in shown
+
+
+SIZE_OPTIONS = {
+    "cp": ["--part-size", "--max-buffer"],
+    "serve": ["--cache-bytes", "--data-cache-bytes", "--buffer-bytes"],
+    "shard": ["--shard-bytes"],
+    "reshard": ["--shard-bytes"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(SIZE_OPTIONS))
+def test_size_options_show_as_size_with_their_forms(command: str) -> None:
+    """``--help`` (and the CLI reference, made from it) shows size options as ``SIZE``,
+    not ``TEXT``, and says what a size may be."""
+    shown = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+    for flag in SIZE_OPTIONS[command]:
+        assert f"{flag} SIZE" in shown and f"{flag} TEXT" not in shown
+    assert "SIZE: bytes, or a number with k, M, G or T (binary multiples; 256M, 1GiB)" in shown
+    args = {"cp": ["a", "b"], "serve": ["x"], "shard": ["x", "2"], "reshard": ["x", "2"]}
+    wrong = CliRunner().invoke(cli, [command, *args[command], SIZE_OPTIONS[command][0], "3x"])
+    assert wrong.exit_code == 2 and "not a size: '3x'" in wrong.output

@@ -75,9 +75,7 @@ def _demo_folder(folder: str) -> Iterator[str]:
     show_default=True,
     help="Cache-Control of objects; '' sends none.",
 )
-@size_option(
-    "--cache-bytes", DEFAULT_CACHE_BYTES, "Shard-index cache of --unshard, in bytes (256M, 1G...)."
-)
+@size_option("--cache-bytes", DEFAULT_CACHE_BYTES, "Shard-index cache of --unshard.")
 @size_option(
     "--data-cache-bytes",
     DEFAULT_DATA_CACHE_BYTES,
