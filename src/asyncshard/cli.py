@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import click
@@ -13,8 +14,10 @@ import click
 from asyncshard import __version__, loops
 from asyncshard.backends.registry import open_store
 from asyncshard.errors import AsyncShardError, InvalidKeyError
+from asyncshard.interrupts import EXIT_INTERRUPTED, Interrupted
 from asyncshard.keys import dir_prefix
 from asyncshard.ranges import ByteRange, parse_range
+from asyncshard.startup import started
 from asyncshard.storage_flags import command_error, storage_flags, storage_options
 from asyncshard.store import Store
 from asyncshard.transfer import copy_tree_async, remove_tree_async
@@ -53,7 +56,35 @@ def _range(ctx: click.Context, param: click.Parameter, value: str | None) -> Byt
         raise click.BadParameter(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group: Ctrl-C anywhere in a command (parsing it, or in a command
+    without a message of its own) is ``Error: interrupted`` and status 130, not click's
+    "Aborted!" and 1."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _interrupted():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _interrupted():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _interrupted() -> Iterator[None]:
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted") from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="asyncshard")
 def cli() -> None:
     """asyncshard: sharded chunk data on memory, local files, S3, GCS and HTTP."""
@@ -201,5 +232,10 @@ _register_commands()
 
 
 def main() -> None:
-    """Entry point of the ``asyncshard`` console script."""
-    cli()
+    """Entry point of the ``asyncshard`` command (console script and ``python -m``)."""
+    started()  # Ctrl-C from here on: _Group's one line and status 130
+    try:
+        cli(prog_name="asyncshard")
+    except KeyboardInterrupt:  # outside click's main: after the command, say
+        click.echo("Error: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
