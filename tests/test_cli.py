@@ -80,7 +80,7 @@ def test_version() -> None:
 def test_cloud_configuration_errors_are_one_line(url: str, message: str) -> None:
     result = CliRunner().invoke(cli, ["ls", url])
     assert isinstance(result.exception, SystemExit), result.exception
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error
     assert "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
@@ -91,7 +91,7 @@ def test_cloud_configuration_errors_are_one_line(url: str, message: str) -> None
 def test_a_url_with_a_missing_slash_fails_and_shows_the_fix(url: str) -> None:
     scheme, _, rest = url.partition(":")
     code, out, err = run("ls", url)
-    assert code == 1 and out == b""
+    assert code == 2 and out == b""  # a usage error
     assert f"write {scheme}://{rest.lstrip('/')}" in err and len(err.splitlines()) == 1
 
 
@@ -120,3 +120,39 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly(tmp_path: Path) -> N
     err = proc.stderr.read()
     assert proc.wait(60) == 1
     assert err == b""
+
+
+@pytest.mark.parametrize("flag", ["-j", "--max-in-flight", "--in-flight"])
+def test_the_in_flight_flag_is_spelt_alike_in_every_command(tmp_path: Path, flag: str) -> None:
+    """``shard`` and ``verify`` both take ``-j``, ``--max-in-flight`` (shown in the help)
+    and ``--in-flight`` (a hidden alias)."""
+    from tests.convert.helpers import make_array
+
+    make_array(tmp_path / "arr", (16, 16), (4, 4))
+    runner = CliRunner()
+    for args in (["shard", str(tmp_path), "2"], ["verify", str(tmp_path)]):
+        result = runner.invoke(cli, [*args, flag, "2", "-q"])
+        assert result.exit_code == 0, result.output
+        shown = runner.invoke(cli, [args[0], "--help"]).output
+        assert "-j, --max-in-flight" in shown and "--in-flight" not in shown
+
+
+SIZE_OPTIONS = {
+    "cp": ["--part-size", "--max-buffer"],
+    "serve": ["--cache-bytes", "--data-cache-bytes", "--buffer-bytes"],
+    "shard": ["--shard-bytes"],
+    "reshard": ["--shard-bytes"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(SIZE_OPTIONS))
+def test_size_options_show_as_size_with_their_forms(command: str) -> None:
+    """``--help`` (and the CLI reference, made from it) shows size options as ``SIZE``,
+    not ``TEXT``, and says what a size may be."""
+    shown = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+    for flag in SIZE_OPTIONS[command]:
+        assert f"{flag} SIZE" in shown and f"{flag} TEXT" not in shown
+    assert "SIZE: bytes, or a number with k, M, G or T (binary multiples; 256M, 1GiB)" in shown
+    args = {"cp": ["a", "b"], "serve": ["x"], "shard": ["x", "2"], "reshard": ["x", "2"]}
+    wrong = CliRunner().invoke(cli, [command, *args[command], SIZE_OPTIONS[command][0], "3x"])
+    assert wrong.exit_code == 2 and "not a size: '3x'" in wrong.output

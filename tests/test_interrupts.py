@@ -54,3 +54,50 @@ def test_ctrl_c_during_verify_or_repair_is_not_damage(
     result = CliRunner().invoke(cli, [name, str(tmp_path)])
     assert result.exit_code == EXIT_INTERRUPTED  # not 1, "damage remains"
     assert result.stderr.startswith("Error: interrupted: shards not yet read are unchecked")
+
+
+@pytest.mark.parametrize("how", ["module", "script"])
+def test_ctrl_c_while_the_command_starts_is_one_line_and_130(how: str, tmp_path: Path) -> None:
+    """SIGINT right after start, while the command still imports its modules: one line and
+    status 130, never a traceback (``python -m asyncshard`` and the console script)."""
+    script = Path(sys.executable).with_name("asyncshard")
+    if how == "script" and not script.exists():
+        pytest.skip("no asyncshard console script beside this Python")
+    command = [sys.executable, "-m", "asyncshard"] if how == "module" else [str(script)]
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": SRC, "HOME": "/nonexistent"}
+    seen: list[tuple[int, bytes]] = []
+    for attempt in range(40):  # later and later, until one lands while it imports
+        proc = subprocess.Popen(
+            [*command, "ls", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        time.sleep(0.01 * attempt)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if err.startswith(b"Fatal Python error: init_import_site") or (
+            b"Traceback" in err and f"{SRC}/asyncshard/".encode() not in err
+        ):
+            continue  # in Python's own start (site, runpy, the script's imports): not ours
+        assert b"Traceback" not in err, err.decode()
+        seen.append((proc.returncode, err))
+        if proc.returncode == EXIT_INTERRUPTED:
+            break
+    # before Python handles SIGINT at all, the signal ends it silently (as a shell sees: 130)
+    assert all(code in (EXIT_INTERRUPTED, -signal.SIGINT) for code, _ in seen), seen
+    code, err = seen[-1]
+    assert code == EXIT_INTERRUPTED, seen
+    assert err.decode().startswith("Error: interrupted") and len(err.splitlines()) == 1
+
+
+def test_ctrl_c_in_any_command_is_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A command with no message of its own (``ls``) ends with ``Error: interrupted`` and
+    130 on Ctrl-C, not click's "Aborted!" and 1."""
+    import asyncshard.cli as cli_module
+
+    def interrupted(coro: Any) -> Any:
+        coro.close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module.loops, "run", interrupted)
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path)])
+    assert result.exit_code == EXIT_INTERRUPTED
+    assert result.stderr == "Error: interrupted\n"

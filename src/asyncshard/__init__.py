@@ -1,5 +1,13 @@
 """asyncshard: an asyncio key-value store layer for sharded chunk data on object storage."""
 
+try:  # first: Ctrl-C while the asyncshard command starts is one line, not a traceback
+    from asyncshard import startup  # noqa: F401
+except KeyboardInterrupt:  # pragma: no cover - Ctrl-C while that very module loads
+    from asyncshard.startup import exit_if_the_command
+
+    exit_if_the_command()
+    raise
+
 from importlib.metadata import PackageNotFoundError, version
 
 from asyncshard.backends import LocalStore, MemoryStore, open_store

@@ -1,6 +1,6 @@
 """``python -m asyncshard``: the ``asyncshard`` command."""
 
-from asyncshard.cli import cli
+from asyncshard.cli import main
 
 if __name__ == "__main__":
-    cli(prog_name="asyncshard")
+    main()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import click
@@ -13,9 +14,11 @@ import click
 from asyncshard import __version__, loops
 from asyncshard.backends.registry import open_store
 from asyncshard.errors import AsyncShardError, InvalidKeyError
+from asyncshard.interrupts import EXIT_INTERRUPTED, Interrupted
 from asyncshard.keys import dir_prefix
 from asyncshard.ranges import ByteRange, parse_range
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.startup import started
+from asyncshard.storage_flags import command_error, storage_flags, storage_options
 from asyncshard.store import Store
 from asyncshard.transfer import copy_tree_async, remove_tree_async
 
@@ -24,7 +27,8 @@ R = TypeVar("R")
 
 
 def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
-    """Run an async command; turn expected failures into one line and exit status 1."""
+    """Run an async command; turn expected failures into one line and exit status 1 (2
+    for a usage error: :func:`~asyncshard.storage_flags.command_error`)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -33,7 +37,7 @@ def run_async(func: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
         except BrokenPipeError:
             raise  # the reader went away (``ls | head``): click ends quietly, status 1
         except (AsyncShardError, OSError) as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+            raise command_error(exc) from None
 
     return wrapper
 
@@ -52,7 +56,35 @@ def _range(ctx: click.Context, param: click.Parameter, value: str | None) -> Byt
         raise click.BadParameter(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group: Ctrl-C anywhere in a command (parsing it, or in a command
+    without a message of its own) is ``Error: interrupted`` and status 130, not click's
+    "Aborted!" and 1."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _interrupted():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _interrupted():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _interrupted() -> Iterator[None]:
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted") from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="asyncshard")
 def cli() -> None:
     """asyncshard: sharded chunk data on memory, local files, S3, GCS and HTTP."""
@@ -82,8 +114,12 @@ async def ls(url: str, prefix: str, recursive: bool, **flags: Any) -> None:
                 click.echo(name)
             listed = len(keys) + len(prefixes)
     if not listed:
-        where = f"{url.rstrip('/')}/{prefix}" if prefix else url
-        raise click.ClickException(f"nothing at {where}: no such folder, or an empty one")
+        raise click.ClickException(_nothing_at(f"{url.rstrip('/')}/{prefix}" if prefix else url))
+
+
+def _nothing_at(where: str) -> str:
+    """The error of ``ls`` and ``rm -r`` that found no object at ``where``."""
+    return f"nothing at {where}: no such folder, or an empty one"
 
 
 @cli.command("cat")
@@ -142,7 +178,8 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
     the folder URL (or below the folders KEYS below it), printing how many.
 
     -r asks for confirmation on a terminal; elsewhere (scripts, pipes) it refuses to run
-    without -y, so that a mistyped URL cannot empty a bucket unseen.
+    without -y, so that a mistyped URL cannot empty a bucket unseen. Exits 1 when -r
+    finds nothing to delete: no such folder, or an empty one (a typo is no success).
     """
     if not recursive:
         if not keys:
@@ -162,6 +199,8 @@ def rm(url: str, keys: tuple[str, ...], recursive: bool, yes: bool, **flags: Any
             )
         click.confirm(f"Delete every object below {', '.join(where)}?", abort=True)
     removed = _delete(url, prefixes or ("",), flags, tree=True)
+    if not removed:  # a typo must not pass for a success
+        raise click.ClickException(_nothing_at(", ".join(where)))
     noun = "object" if removed == 1 else "objects"
     click.echo(f"removed {removed} {noun} below {', '.join(where)}")
 
@@ -193,5 +232,10 @@ _register_commands()
 
 
 def main() -> None:
-    """Entry point of the ``asyncshard`` console script."""
-    cli()
+    """Entry point of the ``asyncshard`` command (console script and ``python -m``)."""
+    started()  # Ctrl-C from here on: _Group's one line and status 130
+    try:
+        cli(prog_name="asyncshard")
+    except KeyboardInterrupt:  # outside click's main: after the command, say
+        click.echo("Error: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)

@@ -10,13 +10,12 @@ from typing import ParamSpec, TypeVar
 
 import click
 
+from asyncshard.startup import EXIT_INTERRUPTED
+
 __all__ = ["EXIT_INTERRUPTED", "Interrupted", "on_interrupt"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: Exit status after Ctrl-C.
-EXIT_INTERRUPTED = 130
 
 
 class Interrupted(click.ClickException):

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-__all__ = ["parse_size", "size_option"]
+__all__ = ["FORMS", "parse_size", "size_option"]
 
 _SIZE = re.compile(r"\s*([0-9]+)\s*([kmgt]?)(i?b)?\s*", re.IGNORECASE)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,6 +23,10 @@ def parse_size(text: str) -> int:
     return number * (1 << (10 * " kmgt".index(unit or " ")))
 
 
+#: The accepted forms, as the help of every size option ends.
+FORMS = "SIZE: bytes, or a number with k, M, G or T (binary multiples; 256M, 1GiB)."
+
+
 def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
     try:
         return parse_size(str(value))
@@ -31,7 +35,18 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
 
 
 def size_option(flag: str, default: int, help: str) -> Callable[[F], F]:
-    """A click option taking a size in bytes (``256M``, ``1GiB``...)."""
+    """A click option taking a size in bytes (``256M``, ``1GiB``...), shown as ``SIZE``.
+
+    Args:
+        flag: The option's name.
+        default: The default, in bytes (shown in MiB).
+        help: What the size bounds; the accepted forms are added.
+    """
     return click.option(
-        flag, default=f"{default >> 20}M", callback=_size, show_default=True, help=help
+        flag,
+        metavar="SIZE",
+        default=f"{default >> 20}M",
+        callback=_size,
+        show_default=True,
+        help=f"{help} {FORMS}",
     )

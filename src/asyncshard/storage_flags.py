@@ -17,10 +17,62 @@ import click
 from asyncshard.backends.cloud.checks import url_problem
 from asyncshard.backends.registry import keyword_names, refuse_malformed_scheme
 from asyncshard.backends.schemes import CLOUD_SCHEMES
+from asyncshard.errors import (
+    BucketNotFoundError,
+    InvalidKeyError,
+    OverlappingStoresError,
+    ReadOnlyError,
+    StoreConfigError,
+    UnknownSchemeError,
+    UnsupportedOperationError,
+)
 
-__all__ = ["pair_options", "storage_flags", "storage_options"]
+__all__ = [
+    "EXIT_USAGE",
+    "USAGE_ERRORS",
+    "UsageFailure",
+    "command_error",
+    "pair_options",
+    "storage_flags",
+    "storage_options",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit status of a usage error (click's): the command line asked for something wrong.
+EXIT_USAGE = 2
+#: Errors that are the command line's mistake, in every command: a malformed URL or an
+#: unknown scheme, unknown or invalid storage options, a malformed key, a write to a
+#: read-only store, what the store cannot do, a destination overlapping its source. A
+#: missing bucket is not among them (a failure, exit status 1, as a missing folder).
+USAGE_ERRORS: tuple[type[Exception], ...] = (
+    StoreConfigError,
+    UnknownSchemeError,
+    InvalidKeyError,
+    ReadOnlyError,
+    UnsupportedOperationError,
+    OverlappingStoresError,
+)
+
+
+class UsageFailure(click.ClickException):
+    """A failure that is the command line's mistake: one line, exit status 2."""
+
+    exit_code = EXIT_USAGE
+
+
+def command_error(exc: Exception, usage: tuple[type[Exception], ...] = ()) -> click.ClickException:
+    """The one-line error a command ends with for ``exc``: exit status 2 for a usage
+    error (:data:`USAGE_ERRORS` and ``usage``), else 1.
+
+    Args:
+        exc: The error that ended the command.
+        usage: More errors that are usage errors for this command.
+    """
+    mistake = isinstance(exc, USAGE_ERRORS + usage) and not isinstance(exc, BucketNotFoundError)
+    kind = UsageFailure if mistake else click.ClickException
+    return kind(f"{type(exc).__name__}: {exc}")
+
 
 #: What ``--endpoint`` sets, per backend (obstore's names).
 _ENDPOINT_KEY = {"s3": "endpoint", "az": "endpoint", "gs": "base_url"}

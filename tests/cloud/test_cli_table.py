@@ -104,18 +104,46 @@ TABLE = [
     # every array already in that layout is a success
     (["unshard", S3], True, 0, "", "left as it is (already flat"),
     # a missing slash is not a local path
-    (["ls", "s3:/{bucket}/x"], True, 1, "write s3://", "{bucket}/x"),
-    (["cat", "s3:{bucket}", "k"], True, 1, "write s3://", "{bucket}"),
+    (["ls", "s3:/{bucket}/x"], True, 2, "write s3://", "{bucket}/x"),
+    (["cat", "s3:{bucket}", "k"], True, 2, "write s3://", "{bucket}"),
     # a missing key in an existing bucket is a missing key
     (["cat", S3, "nope"], True, 1, "no such key: ", "nope"),
     # the flags reach the store, and wrong ones fail before any request
     (["cat", S3, "hello"], True, 0, "", "hello world"),
     (["ls", S3], True, 0, "", "hello"),
-    (["ls", S3, "-o", "endpiont=http://x"], True, 1, "UnknownOptionError: ", "endpiont"),
-    (["ls", S3, "-o", "max_retries=x"], True, 1, "StoreConfigError: ", "max_retries"),
+    (["ls", S3, "-o", "endpiont=http://x"], True, 2, "UnknownOptionError: ", "endpiont"),
+    (["ls", S3, "-o", "max_retries=x"], True, 2, "StoreConfigError: ", "max_retries"),
     (["ls", S3, "-o", "novalue"], True, 2, "KEY=VALUE", "novalue"),
     (["ls", "/tmp", "--endpoint", "http://x"], False, 2, "--endpoint", "s3://"),
     (["ls", "/tmp", "--anon"], False, 2, "--anon", "cloud URLs"),
+    # a usage mistake exits 2 in every command: a malformed URL, an unknown scheme, an
+    # unknown storage option, a destination inside its source
+    *[
+        ([*command[:1], url, *command[1:], *extra], bool(extra), 2, kind, text)
+        for command in (
+            ["ls"],
+            ["cat", "k"],
+            ["put", "k", "-"],
+            ["rm", "k"],
+            ["rm", "-r", "-y"],
+            ["shard", "2"],
+            ["shard", "2", "--to", "/tmp/x"],
+            ["unshard"],
+            ["reshard", "2"],
+            ["verify"],
+            ["repair"],
+            ["cp", "-r", "/tmp/x"],
+            ["serve", "--port", "0"],
+        )
+        for url, extra, kind, text in (
+            ("s3:{bucket}", [], "UnknownSchemeError: ", "write s3://"),
+            ("s4://{bucket}/x", [], "UnknownSchemeError: ", "'s4'"),
+            (S3, ["-o", "endpiont=http://x"], "UnknownOptionError: ", "endpiont"),
+        )
+        if not (command[0] == "serve" and "s3:" in url)  # not a URL: serve opens a folder
+    ],
+    (["shard", S3, "2", "--to", S3 + "/in"], True, 2, "OverlappingStoresError: ", "inside"),
+    (["cp", "-r", S3, S3 + "/in"], True, 2, "OverlappingStoresError: ", "overlap"),
     (
         ["ls", S3, "--anon", "--endpoint", "{endpoint}"],
         False,
@@ -182,3 +210,30 @@ def test_serve_reaches_the_bucket_through_the_flags(bucket: Bucket, workers: str
             assert answer.read() == b"hello world"
     finally:
         assert server.stop() == 0
+
+
+def test_unshard_of_zarr_v2_names_what_can_be_done(bucket: Bucket, tmp_path: Path) -> None:
+    """Zarr v2 arrays have no shards: ``unshard`` (which has no ``--to``) says so and names
+    the commands that do something with them, not a ``--to`` it does not take."""
+    import zarr
+
+    flat = str(tmp_path / "flat.zarr")
+    zarr.create_array(flat, shape=(8,), dtype="uint8", chunks=(4,), zarr_format=2)[...] = 1
+
+    async def upload() -> None:
+        async with s3_store_on(bucket.server, f"{bucket.empty}/v2") as store:
+            for path in (tmp_path / "flat.zarr").rglob("*"):
+                if path.is_file():
+                    await store.set(
+                        str(path.relative_to(tmp_path / "flat.zarr")), path.read_bytes()
+                    )
+
+    asyncio.run(upload())
+    url = f"s3://{bucket.server.bucket}/{bucket.empty}/v2"
+    result = CliRunner().invoke(cli, ["unshard", url, *bucket.flags()])
+    assert result.exit_code == 1, result.output
+    assert "give --to" not in result.stderr
+    assert "Zarr v2 arrays, which have no shards to undo" in result.stderr
+    assert "asyncshard shard URL SHAPE --to DEST" in result.stderr
+    sharded = CliRunner().invoke(cli, ["shard", url, "2", *bucket.flags()])
+    assert sharded.exit_code == 1 and "give --to DEST" in sharded.stderr

@@ -50,7 +50,7 @@ def test_shard_reshard_unshard(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)  # another separator: keys disjoint, one pass
     assert summary["arrays_changed"] == ["arr"] and summary["arrays"][0]["passes"] == 1
     assert summary["arrays"][0]["target"] == "sharded 4x1 (c.0.1)"
-    assert summary["arrays"][0]["format"] == "Zarr v3" and summary["arrays"][0]["shards"] == 11
+    assert summary["arrays"][0]["format"] == "Zarr v3" and summary["arrays"][0]["shards"] == 12
     assert summary["in_place"] and summary["destination"] is None
     assert summary["location"] == f"file://{tmp_path / 'vol'}"
     assert result.stderr == ""
@@ -80,7 +80,7 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "ShardShapeError" in result.output
     assert "array 'a'" in result.output and "the array 2" in result.output
     result = invoke(shard, "nope://x", "2")
-    assert result.exit_code == 1 and "UnknownSchemeError" in result.output
+    assert result.exit_code == 2 and "UnknownSchemeError" in result.output
     assert [c.name for c in commands()] == ["shard", "unshard", "reshard"]
 
 

@@ -261,7 +261,7 @@ def test_the_command(image_04: tuple[Path, np.ndarray[Any, Any]], tmp_path: Path
     refused = runner.invoke(
         cli, ["shard", str(source), "2", "--to", str(dest), "--to-option", "x=1"]
     )
-    assert refused.exit_code == 1 and "UnknownOptionError" in refused.output
+    assert refused.exit_code == 2 and "UnknownOptionError" in refused.output
     usage = runner.invoke(cli, ["shard", str(source), "2", "--to-option", "x=1"])
     assert usage.exit_code == 2 and "need --to DEST" in usage.output
     usage = runner.invoke(cli, ["shard", str(source), "2", "--to", str(dest), "--rebuild-manifest"])
@@ -383,3 +383,26 @@ def test_a_runner_that_ignores_the_source_cannot_switch(
     assert not list(dest.rglob("zarr.json"))
     shard_store(source, 2, to=dest)  # a normal rerun finishes it
     assert_same_arrays(source, dest)
+
+
+def test_reshard_into_another_store_counts_the_shards_written(tmp_path: Path) -> None:
+    """A reshard copy that splits each source shard into several (128³ array, 16³ chunks,
+    4³ chunks per shard -> 2³) reports the 64 shards it wrote, as an in-place one does,
+    not the 8 source shards it read."""
+    import zarr
+    from click.testing import CliRunner
+
+    from asyncshard.cli import cli
+
+    source = tmp_path / "src.zarr"
+    zarr.create_array(
+        str(source), shape=(128,) * 3, dtype="uint8", chunks=(16,) * 3, shards=(64,) * 3
+    )[...] = 1
+    runner = CliRunner()
+    copied = runner.invoke(cli, ["reshard", str(source), "2", "--to", str(tmp_path / "d.zarr")])
+    assert copied.exit_code == 0, copied.output
+    written = [p for p in (tmp_path / "d.zarr" / "c").rglob("*") if p.is_file()]
+    assert len(written) == 64
+    assert "512 chunks in 64 shards" in copied.output
+    in_place = runner.invoke(cli, ["reshard", str(source), "2", "--json", "-q"])
+    assert json.loads(in_place.stdout)["arrays"][0]["shards"] == 64

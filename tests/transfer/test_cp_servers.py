@@ -150,6 +150,12 @@ def test_cp_r_cli_uploads_then_skips_and_rm_r_asks(
     assert f"removed {len(tree) - 40} objects" in result.output
     result = runner.invoke(cli, ["ls", "-r", url, *s3_flags(s3_server)])
     assert result.exit_code == 1  # nothing left
+    # rm -r of nothing (a typo, or done already) is no silent success
+    for where in (url, f"{url}o"):
+        result = runner.invoke(cli, ["rm", "-r", "-y", where, *s3_flags(s3_server)])
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert result.stderr == f"Error: nothing at {where}: no such folder, or an empty one\n"
     result = runner.invoke(cli, ["cp", "-r", url, str(tmp_path / "x"), *s3_flags(s3_server)])
     assert result.exit_code == 1
     assert "NothingToCopyError" in result.output

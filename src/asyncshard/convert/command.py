@@ -18,6 +18,7 @@ import click
 from tqdm import tqdm
 
 from asyncshard.backends.registry import opened
+from asyncshard.cli_options import in_flight_option
 from asyncshard.convert.api import run_sync
 from asyncshard.convert.autoshape import DEFAULT_SHARD_BYTES
 from asyncshard.convert.migrate import copy_store
@@ -40,7 +41,7 @@ from asyncshard.errors import AsyncShardError
 from asyncshard.formats.zarr3.keys import Separator
 from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import pair_options, storage_flags, storage_options
+from asyncshard.storage_flags import command_error, pair_options, storage_flags, storage_options
 from asyncshard.store import Store
 
 __all__ = ["reshard", "shard", "unshard"]
@@ -234,7 +235,7 @@ def _run(
             else:
                 summary = run_sync(_convert(url, storage, fmt, conversion))
     except (AsyncShardError, OSError, ValueError) as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc) from None
     finally:
         progress.close()
     if as_json:
@@ -262,15 +263,7 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Store format; auto: precomputed if there is an info file.",
         ),
-        click.option(
-            "-j",
-            "--in-flight",
-            "max_in_flight",
-            type=click.IntRange(min=1),
-            default=8,
-            show_default=True,
-            help="Shards in memory at once (per Dask worker thread with Dask).",
-        ),
+        in_flight_option(8, "Shards in memory at once (per Dask worker thread with Dask)."),
         click.option(
             "--dask-scheduler",
             metavar="ADDRESS",

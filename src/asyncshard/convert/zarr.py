@@ -161,6 +161,21 @@ def _normalize_path(path: str) -> str:
     return path.strip("/")
 
 
+def _v2_advice(where: str, request: Request) -> str:
+    """What to do with the Zarr v2 arrays at ``where``: they are converted into another
+    location, never in place (and unsharded already: v2 has no sharding)."""
+    if request.shard_shape is None:
+        return (
+            f"{where} holds Zarr v2 arrays, which have no shards to undo; for a sharded "
+            "Zarr v3 copy: asyncshard shard URL SHAPE --to DEST (shard_store(src, shape, "
+            "to=dest)), or asyncshard cp -r to copy them as they are"
+        )
+    return (
+        f"{where} holds Zarr v2 arrays, which are converted into another location: give "
+        "--to DEST (shard_store(src, shape, to=dest))"
+    )
+
+
 async def _require_arrays(store: Store, paths: Sequence[str]) -> None:
     """``NothingToConvertError`` naming the ``paths`` asked for that hold no Zarr v3 array,
     before anything is converted: a mistyped path fails, it is not merely skipped."""
@@ -195,10 +210,7 @@ async def convert_store(
         if not paths:
             where = store.url or repr(store)
             if any(n.kind == "array" for n in await walk_hierarchy(store, frozenset({2}))):
-                raise ConversionError(
-                    f"{where} holds Zarr v2 arrays, which are converted into another "
-                    "location: give --to DEST (shard_store(src, shape, to=dest))"
-                )
+                raise ConversionError(_v2_advice(where, request))
             raise NothingToConvertError(f"no Zarr v3 array and no precomputed info at {where}")
         if arrays is not None:
             await _require_arrays(store, paths)

@@ -10,38 +10,19 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from asyncshard.cli_options import in_flight_option
 from asyncshard.convert.api import run_sync
-from asyncshard.errors import (
-    AsyncShardError,
-    DatasetMismatchError,
-    InvalidKeyError,
-    NoShardedDataError,
-    StoreConfigError,
-    UnsupportedOperationError,
-)
+from asyncshard.errors import AsyncShardError, DatasetMismatchError, NoShardedDataError
 from asyncshard.integrity.report import IntegrityReport
 from asyncshard.integrity.scan import DEFAULT_IN_FLIGHT, repair_async, verify_async
 from asyncshard.interrupts import on_interrupt
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.storage_flags import command_error, storage_flags, storage_options
 
 __all__ = ["repair", "verify"]
 
-#: Exit status of a usage error, as fsck's (0: intact or repaired, 1: damage remains).
-EXIT_USAGE = 2
-#: Errors that mean the command was pointed at the wrong thing or asked the impossible.
-USAGE_ERRORS = (
-    NoShardedDataError,
-    DatasetMismatchError,
-    StoreConfigError,
-    InvalidKeyError,
-    UnsupportedOperationError,
-)
-
-
-class UsageFailure(click.ClickException):
-    """A failure that is the command line's mistake: exit status 2."""
-
-    exit_code = EXIT_USAGE
+#: Errors besides every command's that mean the command was pointed at the wrong thing
+#: (exit status 2, as fsck's usage errors; 0: intact or repaired, 1: damage remains).
+USAGE_ERRORS = (NoShardedDataError, DatasetMismatchError)
 
 
 def _common(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,14 +43,7 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
                 help="Also decode every chunk through its codecs (Zarr: crc32c, gzip, zstd, "
                 "blosc, then the chunk's size; precomputed: gzip).",
             ),
-            click.option(
-                "-j",
-                "--max-in-flight",
-                default=DEFAULT_IN_FLIGHT,
-                show_default=True,
-                type=click.IntRange(min=1),
-                help="Whole shards in memory at once.",
-            ),
+            in_flight_option(DEFAULT_IN_FLIGHT, "Whole shards in memory at once."),
             click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
             click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
             storage_flags,
@@ -107,8 +81,7 @@ def _run(
             )
         )
     except (AsyncShardError, OSError, ValueError) as exc:
-        kind = UsageFailure if isinstance(exc, USAGE_ERRORS) else click.ClickException
-        raise kind(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc, USAGE_ERRORS) from None
     finally:
         bar.close()
     click.echo(json.dumps(report.to_json(), indent=1) if as_json else str(report))

@@ -36,7 +36,7 @@ from asyncshard.server.runner import (
 from asyncshard.server.workers import WorkerFailed, serve_workers
 from asyncshard.sharding.engine import DEFAULT_RECHECK_AFTER
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import storage_flags, storage_options
+from asyncshard.storage_flags import command_error, storage_flags, storage_options
 
 TOKEN_ENV = "ASYNCSHARD_TOKEN"
 DEFAULT_PORT = 8000
@@ -75,9 +75,7 @@ def _demo_folder(folder: str) -> Iterator[str]:
     show_default=True,
     help="Cache-Control of objects; '' sends none.",
 )
-@size_option(
-    "--cache-bytes", DEFAULT_CACHE_BYTES, "Shard-index cache of --unshard, in bytes (256M, 1G...)."
-)
+@size_option("--cache-bytes", DEFAULT_CACHE_BYTES, "Shard-index cache of --unshard.")
 @size_option(
     "--data-cache-bytes",
     DEFAULT_DATA_CACHE_BYTES,
@@ -218,7 +216,7 @@ def serve(
             ) from None
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except (AsyncShardError, ValueError, WorkerFailed) as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc) from None
     except KeyboardInterrupt:  # pragma: no cover - interactive
         pass
 

@@ -17,38 +17,14 @@ import click
 from tqdm import tqdm
 
 from asyncshard.convert.api import run_sync
-from asyncshard.errors import (
-    AsyncShardError,
-    BucketNotFoundError,
-    CopyError,
-    InvalidKeyError,
-    OverlappingStoresError,
-    ReadOnlyError,
-    StoreConfigError,
-    UnknownSchemeError,
-)
+from asyncshard.errors import AsyncShardError, CopyError, UnknownSchemeError
 from asyncshard.interrupts import on_interrupt
 from asyncshard.sizes import size_option
-from asyncshard.storage_flags import pair_options, storage_flags
+from asyncshard.storage_flags import command_error, pair_options, storage_flags
 from asyncshard.transfer.copying import DEFAULT_MAX_BUFFER, DEFAULT_PART_SIZE, copy_tree_async
 from asyncshard.transfer.summary import CopiedObject, CopySummary
 
 __all__ = ["cp", "split_object_url"]
-
-#: Errors that are the command line's mistake (exit status 2).
-_USAGE_ERRORS = (
-    OverlappingStoresError,
-    StoreConfigError,
-    InvalidKeyError,
-    UnknownSchemeError,
-    ReadOnlyError,
-)
-#: ... except these, failures as for every other command (exit status 1).
-_FAILURES = (BucketNotFoundError,)
-
-
-class _UsageFailure(click.ClickException):
-    exit_code = 2
 
 
 class CopyProgress:
@@ -142,7 +118,7 @@ def _copy(src: str, dst: str, recursive: bool, options: dict[str, Any]) -> None:
     try:
         src_options, dst_options = pair_options(src, dst, flags, to)
     except UnknownSchemeError as exc:  # s3:bucket, a typo
-        raise _UsageFailure(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc) from None
     part_size, max_buffer = options.pop("part_size"), options.pop("max_buffer")
     for name, value in (("--part-size", part_size), ("--max-buffer", max_buffer)):
         if value <= 0:
@@ -190,9 +166,7 @@ def _copy(src: str, dst: str, recursive: bool, options: dict[str, Any]) -> None:
             "\n".join([f"failed ({exc.summary.failed}):", *exc.summary.failure_lines()])
         ) from None
     except (AsyncShardError, OSError, ValueError) as exc:
-        usage = isinstance(exc, _USAGE_ERRORS) and not isinstance(exc, _FAILURES)
-        kind = _UsageFailure if usage else click.ClickException
-        raise kind(f"{type(exc).__name__}: {exc}") from None
+        raise command_error(exc) from None
     finally:
         progress.close()
     _report(summary, as_json, quiet)
