@@ -92,7 +92,7 @@ def test_cli_refuses_a_copy_inside_its_source(
     if "endpoint" in to_options:
         args += ["--to-endpoint", to_options["endpoint"]]
     result = CliRunner().invoke(shard, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # a usage error
     assert "inside one another" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
