@@ -12,7 +12,6 @@ from asyncshard.buffers import BytesLike, Data
 from asyncshard.keys import validate_key
 from asyncshard.objects import GetResult, StoreStats, apply_runs, retry_on_conflict
 from asyncshard.ranges import OVERFETCH_SLACK, ByteRange, Offset, Range, Suffix, coalesce, resolve
-from asyncshard.window import Window
 
 __all__ = ["patch", "plan_key", "read_ranges", "slack_of"]
 
@@ -23,12 +22,13 @@ class _Partial(Protocol):
     max_gap: int
     max_request: int
     max_overfetch: float | None
-    window: Window | None
     stats: StoreStats
     counts_calls: ClassVar[bool]
 
     @property
     def supports_conditional_writes(self) -> bool: ...
+
+    def _reach(self) -> int: ...
 
     async def _fetch(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
@@ -116,8 +116,7 @@ def plan_key(
 def slack_of(store: _Partial) -> int:
     """Bytes of gaps any merged request of ``store`` may read, whatever it wants: a
     page, or over a long round trip the window's reach (at most ``max_gap``)."""
-    reach = 0 if store.window is None else store.window.reach()
-    return max(OVERFETCH_SLACK, min(reach, store.max_gap))
+    return max(OVERFETCH_SLACK, min(store._reach(), store.max_gap))
 
 
 async def _serve(
