@@ -120,7 +120,7 @@ async def viewer_child(args: dict[str, Any]) -> dict[str, Any]:
         import aiohttp
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        ranges, indexed = args["ranges"], args["indexed"]
+        ranges = args["ranges"]
         index_reads: dict[str, asyncio.Task[bytes]] = {}
 
         async def fetch(shard: str, header: str) -> bytes:
@@ -129,6 +129,7 @@ async def viewer_child(args: dict[str, Any]) -> dict[str, Any]:
 
         async def read(key: str) -> None:
             shard, start, end = ranges[key]
+            indexed = args["indexed"]
             if indexed and shard not in index_reads:  # cold: its index first, once
                 index_reads[shard] = asyncio.ensure_future(fetch(shard, f"bytes=-{INDEX}"))
             if indexed:

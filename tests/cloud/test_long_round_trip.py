@@ -14,6 +14,7 @@ from asyncshard.backends.cloud import CloudStore
 from asyncshard.partial import slack_of
 from asyncshard.ranges import OVERFETCH_SLACK, Range
 from asyncshard.window import LONG_ROUND_TRIP, Window
+from asyncshard.wrapper import WrapperStore
 from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
@@ -58,6 +59,7 @@ async def test_a_long_round_trip_reads_a_region_in_fewer_requests(
 
     store.window.assume(round_trip=0.06, byte_rate=50e6)  # 3 MB in one round trip
     assert slack_of(store) == store.max_gap  # the reach, at most the gap
+    assert slack_of(WrapperStore(store)) == store.max_gap  # a wrapper plans with it too
     long = await read_region(store, front, blob)
     assert len(long) == 1  # one request in place of four
     ((a, b),) = long
