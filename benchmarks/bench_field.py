@@ -12,6 +12,11 @@ process; every reader and every conversion runs in a fresh process, interleaved 
   (known in advance), no connection limit. A cold sample, then a warm one (other chunks
   of the same shards' indexes, cached by the readers that cache them). Requests are
   counted in nginx's access log.
+* **region**: the same array and proxy (``--region-delays``), ``--regions`` boxes of
+  4x4x4 chunks (128^3 voxels, 2 MiB) at random chunk offsets, read one after another:
+  ``asyncshard`` (``get_partial_values`` of the box's chunk keys on the sharded store:
+  its own region read path) and ``tensorstore`` (one ``read`` of the box). The boxes
+  cold, then the same boxes again warm (indexes cached; neither caches data).
 * **throttle**: ``shard --to`` of a flat array of 1,024 chunk objects (128x64x64 uint8,
   8^3 chunks, 4^3-chunk shards) on SeaweedFS behind the throttling front at
   ``--rates`` requests/s (``503 SlowDown``, no Retry-After), beside tensorstore copying
@@ -19,7 +24,7 @@ process; every reader and every conversion runs in a fresh process, interleaved 
   requests seen and refused at the front, and time over what the allowed rate needs
   for the requests that got through. Every copy is read back and compared.
 
-    python benchmarks/bench_field.py [--only viewer|throttle] [--rounds 3]
+    python benchmarks/bench_field.py [--only viewer|region|throttle] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from benchmarks.common import bounded
 
 HERE = Path(__file__).resolve().parent
 CHUNK, GRID = 32, (16, 16, 8)
+REGION = 4  # chunks along each axis of a region read
+INDEX = 16 * 16 + 4  # a shard's index: 16 chunks of 16 bytes, and a crc32c
 
 
 # --------------------------------------------------------------------------- processes
@@ -114,17 +121,24 @@ async def viewer_child(args: dict[str, Any]) -> dict[str, Any]:
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         ranges = args["ranges"]
+        index_reads: dict[str, asyncio.Task[bytes]] = {}
+
+        async def fetch(shard: str, header: str) -> bytes:
+            async with session.get(f"{url}/{shard}", headers={"Range": header}) as answer:
+                return await answer.read()
 
         async def read(key: str) -> None:
             shard, start, end = ranges[key]
-            headers = {"Range": f"bytes={start}-{end - 1}"}
-            async with session.get(f"{url}/{shard}", headers=headers) as answer:
-                await answer.read()
+            indexed = args["indexed"]
+            if indexed and shard not in index_reads:  # cold: its index first, once
+                index_reads[shard] = asyncio.ensure_future(fetch(shard, f"bytes=-{INDEX}"))
+            if indexed:
+                await index_reads[shard]
+            await fetch(shard, f"bytes={start}-{end - 1}")
 
     out: dict[str, Any] = {}
     for name, keys in samples.items():
-        if reader == "ideal" and name == "cold":
-            continue
+        args["indexed"] = name == "cold"  # the ideal pays the shard index reads cold
         before, start = log_lines(args["log"]), time.perf_counter()
         await bounded(n, [lambda k=k: read(k) for k in keys])
         seconds = time.perf_counter() - start
@@ -133,6 +147,91 @@ async def viewer_child(args: dict[str, Any]) -> dict[str, Any]:
     if reader == "ideal":
         await session.close()
     return out
+
+
+async def region_child(args: dict[str, Any]) -> dict[str, Any]:
+    """One region reader in this fresh process: the boxes cold, then warm."""
+    url, reader, boxes = args["url"], args["reader"], args["boxes"]
+    read: Callable[[list[int]], Awaitable[object]]
+    if reader == "asyncshard":
+        from asyncshard import open_store
+        from asyncshard.cache import LoadingCache
+        from asyncshard.sharding import ZarrShardedStore
+
+        store = await ZarrShardedStore.open(open_store(url + "/"), "arr", cache=LoadingCache())
+
+        async def read(box: list[int]) -> None:
+            x0, y0, z0 = box
+            keys = [
+                f"arr/c/{x}/{y}/{z}"
+                for x in range(x0, x0 + REGION)
+                for y in range(y0, y0 + REGION)
+                for z in range(z0, z0 + REGION)
+            ]
+            got = await store.get_partial_values([(k, None) for k in keys])
+            assert all(g is not None and len(g) == CHUNK**3 for g in got)
+
+    else:
+        import tensorstore as ts
+
+        arr = await ts.open({"driver": "zarr3", "kvstore": f"{url}/arr/"}, read=True)
+
+        async def read(box: list[int]) -> None:
+            x, y, z = (v * CHUNK for v in box)
+            side = REGION * CHUNK
+            await arr[x : x + side, y : y + side, z : z + side].read()
+
+    out: dict[str, Any] = {}
+    for name in ("cold", "warm"):
+        before, start = log_lines(args["log"]), time.perf_counter()
+        for box in boxes:
+            await read(box)
+        seconds = time.perf_counter() - start
+        await asyncio.sleep(0.2)
+        out[name] = {"s": seconds, "requests": log_lines(args["log"]) - before}
+    return out
+
+
+def region(args: argparse.Namespace, work: Path) -> list[str]:
+    from benchmarks.bench_reads import write_datasets
+    from benchmarks.nginx import Nginx
+
+    root = work / "region"
+    root.mkdir()
+    write_datasets(root, "zarr")
+    rng = random.Random(1)
+    boxes = [[rng.randrange(g - REGION + 1) for g in GRID] for _ in range(args.regions)]
+    chunks = args.regions * REGION**3
+    rows = []
+    with Nginx(root) as server:
+        log = str(server._prefix / "access.log")
+        upstream = server.url.removeprefix("http://")
+        for delay_ms in (int(v) for v in args.region_delays.split(",")):
+            runs: dict[str, list[dict[str, Any]]] = {}
+            with proxy("latency", "--upstream", upstream, "--delay", str(delay_ms / 1000)) as url:
+                readers = ["asyncshard", "tensorstore"]
+                for r in range(args.rounds):
+                    for reader in readers[r % 2 :] + readers[: r % 2]:
+                        job = {"url": url, "reader": reader, "log": log, "boxes": boxes}
+                        runs.setdefault(reader, []).append(spawn(this("region", **job)))
+            rows += region_rows(delay_ms, chunks, runs)
+    return rows
+
+
+def region_rows(delay_ms: int, chunks: int, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    def med(who: str, phase: str, what: str) -> float:
+        return float(statistics.median(r[phase][what] for r in runs[who]))
+
+    rows = []
+    for reader in ("asyncshard", "tensorstore"):
+        for phase in ("cold", "warm"):
+            seconds = med(reader, phase, "s")
+            rows.append(
+                f"| {delay_ms} ms | {reader} | {phase} | {seconds:.2f} s | "
+                f"{med(reader, phase, 'requests') / chunks:.3f} | "
+                f"{med('tensorstore', phase, 's') / seconds:.2f}x |"
+            )
+    return rows
 
 
 def chunk_ranges(root: Path, keys: list[str]) -> dict[str, tuple[str, int, int]]:
@@ -165,7 +264,7 @@ def viewer(args: argparse.Namespace, work: Path) -> list[str]:
     rng.shuffle(grid)
     cold = ["arr/c/{}/{}/{}".format(*c) for c in grid[: args.chunks]]
     warm = ["arr/c/{}/{}/{}".format(*c) for c in grid[args.chunks : 2 * args.chunks]]
-    ranges = chunk_ranges(root, warm)
+    ranges = chunk_ranges(root, cold + warm)
     rows = []
     with Nginx(root) as server:
         log = str(server._prefix / "access.log")
@@ -193,17 +292,15 @@ def viewer_rows(
     def per_chunk(reader: str, phase: str) -> float:
         return float(statistics.median(r[phase]["requests"] / n for r in runs[reader]))
 
-    ideal = rate("ideal", "warm")
     rows = []
     for reader in ("asyncshard", "tensorstore", "ideal"):
         for phase in ("cold", "warm"):
-            if reader == "ideal" and phase == "cold":
-                continue
             mine = rate(reader, phase)
             vs_ts = mine / rate("tensorstore", phase)
             rows.append(
                 f"| {delay_ms} ms | {in_flight} | {reader} | {phase} | {mine:,.0f} | "
-                f"{per_chunk(reader, phase):.2f} | {mine / ideal:.2f}x | {vs_ts:.2f}x |"
+                f"{per_chunk(reader, phase):.2f} | {mine / rate('ideal', 'warm'):.2f}x | "
+                f"{mine / rate('ideal', phase):.2f}x | {vs_ts:.2f}x |"
             )
     return rows
 
@@ -301,24 +398,30 @@ def throttle_rows(rate: float, runs: dict[str, list[dict[str, float]]]) -> list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("viewer", "throttle"))
+    parser.add_argument("--only", choices=("viewer", "region", "throttle"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=1000, help="chunks per viewer sample")
     parser.add_argument("--delays", default="20:32,60:128", help="ms:in-flight,...")
+    parser.add_argument("--regions", type=int, default=8, help="boxes per region sample")
+    parser.add_argument("--region-delays", default="20,60", help="ms,...")
     parser.add_argument("--rates", default="150,300", help="requests/s of the front")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(asyncio.run(viewer_child(json.loads(args.child[1])))))
+        child = region_child if args.child[0] == "region" else viewer_child
+        print(json.dumps(asyncio.run(child(json.loads(args.child[1])))))
         return
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.2f}, 2 cores")
     with tempfile.TemporaryDirectory(prefix="bench-field-") as tmp:
         if args.only in (None, "viewer"):
             print(
                 "| round trip | in flight | reader | sample | chunks/s | requests/chunk "
-                "| vs ideal | vs tensorstore |"
+                "| vs ideal warm | vs ideal same sample | vs tensorstore |"
             )
             print("\n".join(viewer(args, Path(tmp))), flush=True)
+        if args.only in (None, "region"):
+            print("| round trip | reader | sample | time | requests/chunk | speed vs tensorstore |")
+            print("\n".join(region(args, Path(tmp))), flush=True)
         if args.only in (None, "throttle"):
             print("| front | tool | time | requests | refused | time / needed | vs ts | equal |")
             print("\n".join(throttle(args, Path(tmp))), flush=True)

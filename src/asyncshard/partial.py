@@ -11,9 +11,9 @@ from typing import ClassVar, Protocol
 from asyncshard.buffers import BytesLike, Data
 from asyncshard.keys import validate_key
 from asyncshard.objects import GetResult, StoreStats, apply_runs, retry_on_conflict
-from asyncshard.ranges import ByteRange, Offset, Range, Suffix, coalesce, resolve
+from asyncshard.ranges import OVERFETCH_SLACK, ByteRange, Offset, Range, Suffix, coalesce, resolve
 
-__all__ = ["patch", "plan_key", "read_ranges"]
+__all__ = ["patch", "plan_key", "read_ranges", "slack_of"]
 
 
 class _Partial(Protocol):
@@ -27,6 +27,8 @@ class _Partial(Protocol):
 
     @property
     def supports_conditional_writes(self) -> bool: ...
+
+    def _reach(self) -> int: ...
 
     async def _fetch(
         self, key: str, byte_range: ByteRange | None, if_match: str | None
@@ -84,7 +86,12 @@ def plan_key(
 ) -> list[Awaitable[None]]:
     """The requests that serve ``members`` (``(output index, range)``) of one key into
     ``out``: one whole read if any range is ``None``, else the coalesced bounded ranges
-    plus one request per offset or suffix."""
+    plus one request per offset or suffix.
+
+    Over a long round trip a merged request may over-fetch, besides ``max_overfetch``
+    of its wanted bytes, up to the bytes the endpoint delivers in one round trip
+    (:meth:`Window.reach <asyncshard.window.Window.reach>`, at most ``max_gap``): a
+    request saved is a round trip's worth of bytes."""
     if any(rng is None for _, rng in members):
         return [_serve(store, key, None, version, [(i, rng, 0) for i, rng in members], out)]
     bounded = [(i, rng) for i, rng in members if isinstance(rng, Range)]
@@ -98,11 +105,18 @@ def plan_key(
         max_gap=store.max_gap,
         max_request=store.max_request,
         max_overfetch=store.max_overfetch,
+        slack=slack_of(store),
     )
     for req in plan:
         parts = [(bounded[m][0], bounded[m][1], req.start) for m in req.members]
         jobs.append(_serve(store, key, Range(req.start, req.end), version, parts, out))
     return jobs
+
+
+def slack_of(store: _Partial) -> int:
+    """Bytes of gaps any merged request of ``store`` may read, whatever it wants: a
+    page, or over a long round trip the window's reach (at most ``max_gap``)."""
+    return max(OVERFETCH_SLACK, min(store._reach(), store.max_gap))
 
 
 async def _serve(

@@ -291,9 +291,11 @@ class Store(TreeVerbs, ABC):
         ``GET``, a restarted read) reports them here, with ``n=-1`` taking back the
         verb's own count when it answers without that request, so that on backends
         ``stats.requests`` counts exactly the requests sent (retries inside the client
-        library, invisible to asyncshard, excepted).
-        """
+        library, invisible to asyncshard, excepted)."""
         self.stats.requests[kind] += n
+
+    def _reach(self) -> int:  # what coalescing may over-fetch to save a request, or 0
+        return 0 if self.window is None else self.window.reach()
 
     async def _bounded(self, awaitable: Awaitable[T], nbytes: int | None = 0) -> T:
         """``awaitable`` run under the store's bounds: ``max_concurrency`` (a plain
@@ -411,12 +413,11 @@ class Store(TreeVerbs, ABC):
     ) -> list[Data | None]:
         """Read many ``(key, range)`` pairs; results in input order, ``None`` if missing.
 
-        Bounded ranges of one key are coalesced (``max_gap``, ``max_request``,
-        ``max_overfetch``: a merged request fetches at most that fraction of its wanted
-        bytes again, or 4 KiB of gaps; ``None`` merges by the gap alone); a whole
-        object request serves every range of its key; requests run concurrently in the
-        store's :attr:`window` and under ``max_concurrency``. ``if_match`` maps keys to
-        the versions the reads require.
+        Bounded ranges of one key are coalesced (``max_gap``, ``max_request``, ``max_overfetch``:
+        a merged request fetches at most that fraction of its wanted bytes again, or 4 KiB,
+        more on a long round trip; ``None``: by the gap alone); a whole object request serves
+        every range of its key; requests run concurrently in the store's :attr:`window` and
+        under ``max_concurrency``. ``if_match`` maps keys to the versions the reads require.
         """
         return await read_ranges(self, key_ranges, if_match)
 

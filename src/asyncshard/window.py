@@ -9,7 +9,11 @@ short:
   request (slow start) up to ``ssthresh``, then by one per window (additive increase),
   only while demand fills it, and never past :data:`GAIN` x the bandwidth-delay product
   measured in requests (best delivery rate x shortest round trip; at least
-  :data:`FLOOR`). Throughput that stops growing stops the window growing.
+  :data:`FLOOR`). Throughput that stops growing stops the window growing. Until the
+  first throttling answer the ceiling also follows the requests completed in the
+  last shortest round trip, counted at every completion (:data:`GAIN` x that), so on
+  a round trip of at least :data:`LONG_ROUND_TRIP` slow start doubles per round trip instead of per
+  :data:`RATE_SAMPLE` rate sample.
 * **Throttling** (S3 ``SlowDown``/503, 429, GCS ``rateLimitExceeded``, Azure
   ``ServerBusy``): at most once per round trip the window is cut to :data:`BETA` times
   itself (down to one request). When most recent answers are refusals
@@ -27,6 +31,10 @@ short:
   and waits while the reservations would pass ``max_bytes``; a single request larger
   than that runs alone. :attr:`Window.peak_bytes` records the high-water mark of bytes
   really in flight.
+* **Reach** (:meth:`Window.reach`): the bytes the endpoint delivers in one round trip
+  (best byte delivery rate x shortest round trip), counted only when that round trip
+  is at least :data:`LONG_ROUND_TRIP`: how far range coalescing may over-fetch to save
+  a request (:func:`asyncshard.partial.plan_key`).
 
 The state is shared across event loops and threads (one lock); each waiter is woken on
 its own loop.
@@ -101,6 +109,9 @@ RATE_SAMPLE = 0.1
 #: Delivery-rate samples kept for the maximum; minimum round trips expire after this.
 RATE_SAMPLES = 10
 RTT_EXPIRY = 10.0
+#: Shortest round trip, seconds, at which a request costs more waiting than work and
+#: coalescing may over-fetch up to the :meth:`Window.reach` to save one.
+LONG_ROUND_TRIP = 0.005
 
 
 @dataclass
@@ -167,6 +178,10 @@ class Window:
     min_rtt: float | None = None
     _min_rtt_at: float = 0.0
     _rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
+    _byte_rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
+    _sample_bytes: int = 0
+    _last_rtt: deque[float] = field(default_factory=deque)  # completions in one min_rtt
+    _per_rtt: int = 0  # most completions seen within one min_rtt
     _done_at: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     _sample_start: float = field(default_factory=time.monotonic)
     _sample_done: int = 0
@@ -315,6 +330,28 @@ class Window:
                 cuts=self.cuts,
             )
 
+    def reach(self) -> int:
+        """Bytes the endpoint delivers in one round trip (best byte delivery rate x
+        shortest round trip); 0 while that round trip is below :data:`LONG_ROUND_TRIP`
+        or nothing has been measured."""
+        with self._lock:
+            rtt = self.min_rtt or 0.0
+            if rtt < LONG_ROUND_TRIP:
+                return 0
+            return int(max(self._byte_rates, default=0.0) * rtt)
+
+    def assume(self, round_trip: float, byte_rate: float) -> None:
+        """Seed the measurements with a link of ``round_trip`` seconds delivering
+        ``byte_rate`` bytes per second (later measurements replace them as they come).
+
+        Args:
+            round_trip: the shortest round trip, seconds.
+            byte_rate: bytes delivered per second.
+        """
+        with self._lock:
+            self.min_rtt, self._min_rtt_at = round_trip, time.monotonic()
+            self._byte_rates.append(byte_rate)
+
     def rate(self) -> float:
         """Requests per second completed lately (what :class:`ThrottledError` names)."""
         with self._lock:
@@ -324,6 +361,8 @@ class Window:
 
     def _limit(self) -> int:
         bdp = (max(self._rates, default=0.0)) * (self.min_rtt or 0.0)
+        if self.ssthresh == math.inf:  # slow start, never throttled: per round trip
+            bdp = max(bdp, self._per_rtt)
         ceiling = max(FLOOR, GAIN * bdp)
         if self.max_requests is not None:
             ceiling = min(ceiling, self.max_requests)
@@ -336,6 +375,8 @@ class Window:
         return self.in_flight == 0 or self.bytes_in_flight + size <= self.max_bytes
 
     def _admit(self, size: int, now: float) -> Slot:
+        if self.in_flight == 0 and self._sample_done == 0:  # idle until now: not sampled
+            self._sample_start = now
         self.in_flight += 1
         self.bytes_in_flight += size
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
@@ -362,12 +403,20 @@ class Window:
             self.min_rtt, self._min_rtt_at = rtt, now
         if held.actual is not None:
             self._estimate = 0.9 * self._estimate + 0.1 * max(held.actual, 1)
+        if self.min_rtt >= LONG_ROUND_TRIP:  # a loop's batch of completions is no rate
+            recent = self._last_rtt
+            recent.append(now)
+            while recent[0] < now - self.min_rtt:
+                recent.popleft()
+            self._per_rtt = max(self._per_rtt, len(recent))
         self._sample_done += 1
+        self._sample_bytes += held.nbytes if held.actual is None else held.actual
         elapsed = now - self._sample_start
         if elapsed >= max(RATE_SAMPLE, self.srtt):
             self._last_rate = self._sample_done / elapsed
             self._rates.append(self._last_rate)
-            self._sample_start, self._sample_done = now, 0
+            self._byte_rates.append(self._sample_bytes / elapsed)
+            self._sample_start, self._sample_done, self._sample_bytes = now, 0, 0
         demand = self.in_flight + 1 >= int(self.cwnd) or bool(self._waiters)
         if demand and now - self._last_cut > self.srtt:
             self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd

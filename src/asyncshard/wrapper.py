@@ -110,6 +110,9 @@ class WrapperStore(Store):
         """:meth:`_fetch` of the bytes alone."""
         return await self._get_data(key, byte_range)
 
+    def _reach(self) -> int:
+        return self.inner._reach()  # the wrapped store's endpoint carries the requests
+
     # -- pass-through primitives --------------------------------------------------------
 
     async def _bounded(self, awaitable: Awaitable[T], nbytes: int | None = 0) -> T:

@@ -97,7 +97,8 @@ class CloudStore(Store):
         max_concurrency: requests in flight at most for this store object (default:
             none; the endpoint's adaptive window decides, see :mod:`asyncshard.window`).
         max_overfetch: a merged request reads at most this fraction of its wanted bytes
-            again (or 4 KiB of gaps); ``None`` merges by the gap alone.
+            again (or 4 KiB of gaps; on a round trip of 5 ms or more, the bytes one round
+            trip delivers, at most ``max_gap``); ``None`` merges by the gap alone.
         allow_http: allow plain ``http://`` endpoints; by default allowed exactly when
             the URL or the configured endpoint/base URL is ``http://``.
         max_retries: retries of a request after a transient failure (default 5; the
