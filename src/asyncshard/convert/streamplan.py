@@ -75,7 +75,8 @@ class _Grid:
         """The cell numbers of ``rows`` (each inside the grid)."""
         if not self.shape:
             return np.zeros(len(rows), dtype=np.uint64)
-        return (rows.astype(np.uint64) * self.strides).sum(axis=1, dtype=np.uint64)
+        numbers: Codes = (rows.astype(np.uint64) * self.strides).sum(axis=1, dtype=np.uint64)
+        return numbers
 
     def cells(self, numbers: Codes) -> Rows:
         """The rows of cell ``numbers``."""
