@@ -94,12 +94,13 @@ async def test_whole_reads_keep_nothing(store: LocalStore) -> None:
 async def test_metadata_of_a_whole_file_is_remembered_until_it_changes(
     tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file read whole again, unchanged, reuses its metadata (no ``getxattr``); a new
-    version token set in place, a rewrite in place and a replacement are all seen. (A
-    file changed within ``SETTLED_NS`` of being remembered has its tag read again:
-    ``test_local_versions``.)"""
+    """A file read whole again, unchanged, reuses its metadata (no ``getxattr``) from its
+    second opening on; a new version token set in place, a rewrite in place and a
+    replacement are all seen. (A file changed within ``SETTLED_NS`` of being remembered
+    has its tag read again: ``test_local_versions``.)"""
     monkeypatch.setattr(descriptors, "SETTLED_NS", 0)  # as if written long ago
     await store.set("flat", b"0123456789")
+    answered(store.get_now("flat"))  # opened once: nothing remembered yet
     first = answered(store.get_now("flat"))
     tokens: list[object] = []
     real = descriptors.tag_of
@@ -170,8 +171,9 @@ async def test_head_now_vouches_only_for_a_file_settled_when_read(
 async def test_a_remembered_file_is_not_located_again_but_another_file_is(
     tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The ``/proc/self/fd`` check runs once per file identity: a file read whole again
-    skips it, and a folder swapped for a link to outside (another identity behind the
+    """The ``/proc/self/fd`` check runs once per remembered file identity: a file read
+    whole again skips it (from its third opening on: its metadata is remembered from the
+    second), and a folder swapped for a link to outside (another identity behind the
     same key) is located again and refused."""
     await store.set("dir/f", b"inside!")
     outside = tmp_path / "outside"
@@ -185,13 +187,13 @@ async def test_a_remembered_file_is_not_located_again_but_another_file_is(
         return real(fd, key)
 
     monkeypatch.setattr(store._root, "inside", counting)
-    assert bytes(answered(store.get_now("dir/f")).data) == b"inside!"
-    assert bytes(answered(store.get_now("dir/f")).data) == b"inside!"
-    assert len(located) == 1
+    for _ in range(3):
+        assert bytes(answered(store.get_now("dir/f")).data) == b"inside!"
+    assert len(located) == 2
     os.rename(tmp_path / "root" / "dir", tmp_path / "kept")
     (tmp_path / "root" / "dir").symlink_to(outside)
     assert store.get_now("dir/f") is WOULD_WAIT  # refused here; the thread path says why
-    assert len(located) == 2
+    assert len(located) == 3
     with pytest.raises(InvalidKeyError, match="outside the store root"):
         await store.get("dir/f")
 
@@ -407,3 +409,44 @@ async def test_a_kept_descriptor_reads_with_the_settled_metadata(
     assert settled == early.meta and settled is not early.meta
     again = answered(store.get_now("shard", Range(8, 16)))
     assert again.meta is settled and store.head_now("shard") is settled
+
+
+async def test_files_opened_once_leave_no_metadata_behind(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass over many files (a conversion, ``verify``) opens each once: their metadata
+    is not remembered (the doorkeeper's false positives aside), so the store's memory
+    does not grow with the pass. Files opened again are remembered, within a bound in
+    bytes that charges each key's length."""
+    keys = [f"c/{i // 100}/{i % 100}" for i in range(3000)]
+    await store.set_many([(k, b"x" * 8) for k in keys])
+    inline = store._inline
+    for key in keys:
+        assert bytes(answered(store.get_now(key)).data) == b"x" * 8
+    assert len(inline._metas) <= 3
+    assert store.head_now("c/0/0") is not None and len(inline._metas) <= 4
+    for key in keys:
+        answered(store.get_now(key))
+    assert len(inline._metas) == len(keys)
+    assert inline._metas_bytes == sum(descriptors.ENTRY_BYTES + len(k) for k in keys)
+    await store.erase_values(keys[:10])
+    assert inline._metas_bytes == sum(descriptors.ENTRY_BYTES + len(k) for k in keys[10:])
+    monkeypatch.setattr(descriptors, "REMEMBERED_BYTES", 100 * (descriptors.ENTRY_BYTES + 6))
+    other = LocalStore(store.root)
+    for _ in range(2):
+        for key in keys[10:]:
+            answered(other.get_now(key))
+    assert 0 < len(other._inline._metas) <= 100
+    assert other._inline._metas_bytes <= descriptors.REMEMBERED_BYTES
+
+
+def test_the_doorkeeper_starts_over_after_its_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key counts as seen from its second sighting on, until ``SEEN_KEYS`` other keys
+    were seen once: then everything is forgotten."""
+    monkeypatch.setattr(descriptors, "SEEN_KEYS", 50)
+    door = descriptors.Doorkeeper()
+    assert not door.seen("a") and door.seen("a") and door.seen("a")
+    firsts = [door.seen(f"k{i}") for i in range(49)]
+    assert sum(firsts) <= 1 and door.seen("a")  # 50 keys so far
+    assert not door.seen("new")  # the 51st: it starts over
+    assert not door.seen("a") and door.seen("new")

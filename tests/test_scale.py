@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from asyncshard.backends import LocalStore
-from asyncshard.convert import reshard_async, shard_store_async, spill, tasks, unshard_store_async
+from asyncshard.convert import (
+    pipeline,
+    reshard_async,
+    shard_store_async,
+    spill,
+    tasks,
+    unshard_store_async,
+)
 from asyncshard.convert.layout import read_layout, retarget
 from asyncshard.formats.zarr3.keys import ChunkKeyEncoding
 from asyncshard.formats.zarr3.shard import encode_shard
@@ -152,8 +159,12 @@ async def test_in_place_memory_does_not_grow_with_the_chunks(
 ) -> None:
     """Unshard and reshard in place: 64,000 chunks add less than 1.5x what 6,400 add
     (without a manifest, which collects up to 16,384 chunks). A repack's cache of
-    source indexes is bounded by ``INDEX_CACHE_BYTES``; shrunk here so that filling
-    it does not stand for growth."""
+    source indexes is bounded by ``INDEX_CACHE_BYTES``, and the source objects are
+    deleted ``DELETE_ROUND`` at a time (a task per key on a store without bulk
+    deletes); both shrunk here so that filling them does not stand for growth. The
+    spill's pending run (one small array per target shard until ``RUN`` of them) fills
+    at the larger size only: 512 KiB of slack for it."""
     monkeypatch.setattr(tasks, "INDEX_CACHE_BYTES", 256 * 1024)
+    monkeypatch.setattr(pipeline, "DELETE_ROUND", 64)
     small, large = await _converted(6_400, convert), await _converted(64_000, convert)
-    assert large < 1.5 * small, (small, large)
+    assert large < 1.5 * small + 512 * 1024, (small, large)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -50,3 +52,21 @@ def test_key_file_gives_back_every_key() -> None:
     assert [k for batch in keys.batches(333) for k in batch] == names
     assert keys.count == len(names)
     keys.close()
+
+
+def test_key_file_reads_back_a_block_at_a_time() -> None:
+    """Reading 300,000 kept keys back holds a batch and a block of names, not a MiB of
+    names at once."""
+    keys = KeyFile()
+    for i in range(300_000):
+        keys.add(f"c/{i // 1000}/{i % 1000}")
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        count = sum(len(batch) for batch in keys.batches(8192))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        keys.close()
+    assert count == 300_000
+    assert peak - before < 3_000_000, peak - before  # 1.5 MB; 10 MB reading a MiB at once

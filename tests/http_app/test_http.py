@@ -316,7 +316,8 @@ async def test_a_file_answered_again_is_checked_not_read_again(
     after one metadata check (``head_now``: a ``stat``; larger than a write slice, it is
     written in slices as any body), never after it changed: rewritten in place with the
     same size, replaced or deleted, the next answer is the current object. A larger
-    file is read each time."""
+    file is read each time. (The store remembers a file's metadata from its second
+    opening on, so the body kept is the second answer's.)"""
     monkeypatch.setattr(descriptors, "SETTLED_NS", 0)  # the seeded files count as settled
     content = (DATA * (size // len(DATA) + 1))[:size]
     async with serve() as served:
@@ -324,6 +325,7 @@ async def test_a_file_answered_again_is_checked_not_read_again(
         path.write_bytes(content)
         requests = served.store.stats.requests
         _, first, _ = await get(http, f"{served.url}/obj")
+        assert (await get(http, f"{served.url}/obj"))[1]["ETag"] == first["ETag"]
         before = dict(requests)
         for _ in range(3):
             status, again, body = await get(http, f"{served.url}/obj")

@@ -206,6 +206,11 @@ def with_done(
             yield number, pending[1] if pending is not None and pending[0] == number else None
 
 
+#: Bytes of kept keys read back at a time (its names are made at once: a MiB of short
+#: keys made 10 MB of names, more than the rest of a conversion's memory).
+KEYS_READ = 64 * 1024
+
+
 class KeyFile:
     """Keys kept in an unnamed temporary file (``NUL``-separated: no key holds one),
     read back in batches; the file is gone once closed."""
@@ -228,15 +233,20 @@ class KeyFile:
             self._pending.clear()
 
     def batches(self, size: int) -> Iterator[list[str]]:
-        """The keys in order, ``size`` at a time."""
+        """The keys in order, ``size`` at a time (read :data:`KEYS_READ` bytes at a
+        time: a block's names are all made at once)."""
         self._flush()
         self._file.seek(0)
         batch: list[str] = []
         carry = b""
-        while chunk := self._file.read(1 << 20):
-            *names, carry = (carry + chunk).split(b"\0")
-            for name in names:
-                batch.append(name.decode())
+        while chunk := self._file.read(KEYS_READ):
+            block = carry + chunk
+            end = block.rfind(b"\0")  # the names that end in this block
+            carry = block[end + 1 :]
+            if end < 0:
+                continue
+            for name in block[:end].decode().split("\0"):
+                batch.append(name)
                 if len(batch) >= size:
                     yield batch
                     batch = []

@@ -14,9 +14,12 @@ bytes and version; a replaced or deleted file is closed and reopened (or reads a
 missing). A reused descriptor thus costs a ``stat`` and a ``preadv`` instead of
 ``open``, the root check, ``fstat``, ``getxattr``, ``preadv`` and ``close``. Files read
 whole are not kept (a flat chunk is rarely read twice soon), but their metadata is, by
-the same identity (up to :data:`REMEMBERED_METAS` files): a file read whole again skips
+the same identity (up to :data:`REMEMBERED_BYTES` of it): a file read whole again skips
 the root check, the ``getxattr`` and the building of its metadata (``open``, ``fstat``,
-``preadv``, ``close``: what any server pays). A file deleted or replaced
+``preadv``, ``close``: what any server pays). Metadata is remembered from a file's
+second opening on (:class:`Doorkeeper`): a pass over a dataset (a conversion,
+``verify``) opens each file once and leaves nothing behind, whatever its size, while
+files read again (a viewer's) are remembered. A file deleted or replaced
 by another process stays open until its key is read again or it leaves the LRU; writes,
 copies and deletes through the store close it before they start (so the change frees a
 deleted file's blocks in its worker thread) and again once they are done.
@@ -64,9 +67,16 @@ INLINE_READ = 1 << 20
 NOWAIT = hasattr(os, "RWF_NOWAIT") and hasattr(os, "preadv") and os.path.isdir("/proc/self/fd")
 #: Descriptors kept open per store.
 DEFAULT_OPEN_FILES = 128
-#: Files whose metadata is remembered by identity per store (the remembered metadata is
-#: forgotten all at once when full).
-REMEMBERED_METAS = 16384
+#: Bytes of file metadata remembered by identity per store (forgotten all at once when
+#: full): 16,384 entries of short keys.
+REMEMBERED_BYTES = 9 * 1024 * 1024
+#: What remembering one file's metadata costs beyond its key's characters (measured: the
+#: entry, its identity, the metadata with its version and time, the dict's share).
+ENTRY_BYTES = 544
+#: Bits of the :class:`Doorkeeper` (128 KiB) and the keys it admits before it starts
+#: over: two hashes a key, so at most 0.1 % of the keys opened once are remembered.
+SEEN_BITS = 1 << 20
+SEEN_KEYS = 16384
 
 #: How long ago a file must have last changed for :meth:`InlineReads.head` to vouch for
 #: its remembered metadata by its identity (file-system clocks tick in up to 2 s).
@@ -100,6 +110,31 @@ def _settled(identity: Identity, seen_at: int) -> bool:
     return identity[4] < seen_at - SETTLED_NS
 
 
+class Doorkeeper:
+    """The keys seen once since the last start over (TinyLFU's doorkeeper): a Bloom
+    filter of :data:`SEEN_BITS` bits with two hashes, cleared after :data:`SEEN_KEYS`
+    new keys. A false "seen" only remembers a file's metadata one opening early."""
+
+    def __init__(self) -> None:
+        self._bits = bytearray(SEEN_BITS // 8)
+        self._added = 0
+
+    def seen(self, key: str) -> bool:
+        """Whether ``key`` was seen before (since the last start over); it is now."""
+        h = hash(key)
+        a, b = h & (SEEN_BITS - 1), (h >> 32) & (SEEN_BITS - 1)
+        bits = self._bits
+        if bits[a >> 3] >> (a & 7) & bits[b >> 3] >> (b & 7) & 1:
+            return True
+        if self._added >= SEEN_KEYS:
+            bits[:] = bytes(len(bits))
+            self._added = 0
+        bits[a >> 3] |= 1 << (a & 7)
+        bits[b >> 3] |= 1 << (b & 7)
+        self._added += 1
+        return False
+
+
 class InlineReads:
     """Page-cache reads of one store root, with up to ``capacity`` descriptors kept open.
 
@@ -111,6 +146,8 @@ class InlineReads:
         self.capacity = capacity
         self._open: OrderedDict[str, _Open] = OrderedDict()
         self._metas: dict[str, _Known] = {}
+        self._metas_bytes = 0
+        self._seen = Doorkeeper()
         self._lock = threading.Lock()
         # a store dropped without close() still closes its descriptors
         weakref.finalize(self, _close_all, self._open)
@@ -221,9 +258,8 @@ class InlineReads:
         try:
             if stat.S_ISREG(st.st_mode):
                 meta = fresh or meta_of(key, st, tag_of(fd))
-                if len(self._metas) >= REMEMBERED_METAS:
-                    self._metas.clear()
-                self._metas[key] = _Known(identity, meta, _settled(identity, seen_at))
+                if known is not None or self._seen.seen(key):
+                    self._remember(key, _Known(identity, meta, _settled(identity, seen_at)))
                 return _Open(fd, identity, meta)
         except OSError:
             pass
@@ -232,6 +268,18 @@ class InlineReads:
             raise
         os.close(fd)
         return WOULD_WAIT  # not a file, or its version token unreadable: the thread path
+
+    def _remember(self, key: str, known: _Known) -> None:
+        """Remember ``known`` for ``key``, charged :data:`ENTRY_BYTES` and the key's
+        length; everything is forgotten when :data:`REMEMBERED_BYTES` would be passed."""
+        metas = self._metas
+        if key not in metas:
+            charge = ENTRY_BYTES + len(key)
+            if self._metas_bytes + charge > REMEMBERED_BYTES:
+                metas.clear()
+                self._metas_bytes = 0
+            self._metas_bytes += charge
+        metas[key] = known
 
     def _keep(self, key: str, opened: _Open) -> None:
         self._open[key] = opened
@@ -249,7 +297,8 @@ class InlineReads:
         replaced through the store)."""
         with self._lock:
             for key in keys:
-                self._metas.pop(key, None)
+                if self._metas.pop(key, None) is not None:
+                    self._metas_bytes -= ENTRY_BYTES + len(key)
                 if self._open:
                     self._drop(key)
 
