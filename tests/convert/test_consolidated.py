@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xarray as xr
+import zarr
 
 from asyncshard.convert import shard_store, unshard_store
-
-xr = pytest.importorskip("xarray")
-zarr = pytest.importorskip("zarr")
 
 
 def _dataset() -> Any:
