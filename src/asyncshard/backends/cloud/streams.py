@@ -7,11 +7,13 @@ and obstore aborts it when the upload fails or is cancelled; one left behind by 
 process stays invisible (a bucket lifecycle rule removes it: docs/cloud.md).
 
 The upload takes its share of the endpoint's :class:`~asyncshard.window.Window`: one
-place, reserving the bytes of the parts it has in flight, held while parts are handed
-over and sent and while the upload completes, and given back while the upload waits
+place, reserving the bytes of the parts it has in flight, held while the upload is
+created (a request, measured as one), while parts are handed over and sent and while
+the upload completes (measured as one request), and given back while the upload waits
 for its source (whose reads may need a place in the same window: holding one then
-could leave every place to uploads waiting for reads that wait for a place). Each part
-thus waits for its admission, paced like every request when the store throttles.
+could leave every place to uploads waiting for reads that wait for a place). The start
+and each part thus wait for their admission, paced like every request when the store
+throttles.
 
 A throttling answer to any of its requests fails the upload (obstore aborts it; the
 object stays as it was). When its parts can be read again from the start
@@ -80,7 +82,12 @@ class _Feed:
         self._held: Slot | None = None
         self._over = False
 
+    async def start(self) -> None:
+        """Take a place for the upload's start (obstore creates the upload first)."""
+        await self._take()
+
     async def parts(self, parts: AsyncIterable[BytesLike]) -> AsyncIterator[memoryview]:
+        self.give_back(completed=True)  # first asked for a part: the upload was created
         source = aiter(parts)
         while True:
             self.give_back()  # waiting for the source: no place held
@@ -123,6 +130,7 @@ async def put_stream(
     while True:
         feed = _Feed(window, STREAM_PARTS_IN_FLIGHT if throttled_since is None else 1)
         try:
+            await feed.start()
             result = await store._inflight.run(
                 obstore.put_async(
                     os_store,
