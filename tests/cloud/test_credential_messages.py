@@ -21,24 +21,15 @@ from asyncshard.backends import open_store
 from asyncshard.backends.cloud import CloudStore
 from asyncshard.cli import cli
 from asyncshard.errors import StoreAuthenticationError, StoreConfigError
+from tests.cloud.test_option_values import AWS_VARIABLES as OPENING_VARIABLES
 from tests.servers.fixtures import TEST_BUCKET, unique_prefix
 from tests.servers.gcs_fake import FakeGCS, service_account_key
 from tests.servers.s3 import S3Server
 
 #: Every variable through which AWS credentials, endpoints or a profile could come.
 AWS_VARIABLES = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ENDPOINT",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
+    *OPENING_VARIABLES,
     "AWS_PROFILE",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
     "AWS_METADATA_ENDPOINT",
     "AWS_EC2_METADATA_DISABLED",
 )

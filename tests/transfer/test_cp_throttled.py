@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from asyncshard import CopyError, copy_tree_async
 from asyncshard.backends.cloud import CloudStore
 from asyncshard.backends.cloud.streams import STREAM_PART_SIZE, STREAM_PARTS_IN_FLIGHT
 from asyncshard.cli import cli
-from asyncshard.errors import ThrottledError
+from asyncshard.errors import StoreConnectionError, ThrottledError
 from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
@@ -145,3 +145,27 @@ def test_cp_r_through_a_front_that_never_lets_an_upload_through_exits_1(
     assert "Traceback" not in result.output
     assert "still throttled after 1 s (throttle_timeout)" in result.output
     assert asyncio.run(direct.get("big/0")) == b"previous"
+
+
+async def test_parts_that_can_be_read_once_are_sent_once(
+    s3_server: S3Server, front: FaultProxy
+) -> None:
+    """``set_stream`` of a plain async iterable cannot send a refused upload again: it
+    fails at the first refusal (the window hears of it), the previous object intact."""
+    prefix = unique_prefix()
+    direct = s3_store_on(s3_server, prefix)
+    await direct.set("k", b"previous")
+    dst = s3_store_on(s3_server, prefix, endpoint=front.url)
+    assert isinstance(dst, CloudStore) and dst.window is not None
+
+    async def parts() -> AsyncIterator[bytes]:
+        for i in range(3):
+            yield bytes([i]) * STREAM_PART_SIZE
+
+    front.throttle(0.001, burst=0)  # every request refused
+    with pytest.raises(StoreConnectionError, match="SlowDown") as caught:
+        await dst.set_stream("k", parts())
+    assert not isinstance(caught.value, ThrottledError)
+    assert front.stats() == {"seen": 1, "refused": 1}  # its start, refused, not sent again
+    assert dst.window.state().throttles == 1
+    assert await direct.get("k") == b"previous"
