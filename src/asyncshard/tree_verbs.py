@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from asyncshard.buffers import BytesLike
 from asyncshard.errors import ReadOnlyError
@@ -21,6 +21,48 @@ T = TypeVar("T")
 
 #: Keys HEADed at a time by the default :meth:`TreeVerbs.list_objects`.
 LIST_HEAD_BATCH = 256
+
+#: What :meth:`TreeVerbs.set_stream` writes: the parts, or a callable that opens them
+#: from the start (each call a fresh pass), which lets a refused write be sent again.
+PartSource: TypeAlias = AsyncIterable[BytesLike] | Callable[[], AsyncIterable[BytesLike]]
+
+
+class Parts(AsyncIterable[BytesLike]):
+    """The parts of one streamed write, counted into ``stats.bytes_written`` as they
+    are taken. Iterated again, a callable source is opened again from the start and the
+    bytes of the abandoned pass are taken back out of the count; other sources are read
+    once (:attr:`reopens`).
+
+    Args:
+        source: the parts, or a callable that opens them.
+        stats: the counters of the store written to.
+    """
+
+    def __init__(self, source: PartSource, stats: StoreStats) -> None:
+        self._source = source
+        self._stats = stats
+        self._taken = 0
+        self._opened = False
+
+    @property
+    def reopens(self) -> bool:
+        """Whether the parts can be read again from the start."""
+        return callable(self._source)
+
+    def __aiter__(self) -> AsyncIterator[BytesLike]:
+        source = self._source
+        if self._opened and not callable(source):
+            raise RuntimeError("these parts were read already and cannot be read again")
+        self._opened = True
+        self._stats.bytes_written -= self._taken
+        self._taken = 0
+        return self._counted(source() if callable(source) else source)
+
+    async def _counted(self, parts: AsyncIterable[BytesLike]) -> AsyncIterator[BytesLike]:
+        async for part in parts:
+            self._taken += len(part)
+            self._stats.bytes_written += len(part)
+            yield part
 
 
 class TreeVerbs:
@@ -49,27 +91,33 @@ class TreeVerbs:
         the parts into one :meth:`set`: the whole object."""
         return size
 
-    async def set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
+    async def set_stream(self, key: str, parts: PartSource) -> str | None:
         """Write the object ``key`` from ``parts``, taken one after another as the
         store is ready for them; return its new version if the backend reports one.
+
+        ``parts`` is an async iterable of the parts, or a callable that opens one from
+        the start: then an object store whose upload is refused for the request rate
+        sends it again from the start, paced by the endpoint's window, until
+        ``throttle_timeout`` (:mod:`asyncshard.backends.cloud.streams`); a plain iterable
+        is sent once.
 
         As atomic as :meth:`set`: readers see the previous object (or none) until the
         last part is in, and a failure, a cancellation or a killed process leaves no
         part of the new object visible (local files: a temp file renamed at the end;
         object stores: a multipart upload, invisible until completed). Counted as one
-        ``put`` (more where a multipart upload sends more); ``bytes_written`` grows by
-        each part. Unconditional only.
+        ``put`` (more where a multipart upload sends more; an upload sent again is not
+        counted again); ``bytes_written`` grows by each part (of the last pass).
+        Unconditional only.
+
+        Args:
+            key: the object to write.
+            parts: its parts, or a callable that opens them from the start.
         """
         validate_key(key)
         if not self.supports_writes:
             raise ReadOnlyError(f"{self!r} is read-only")
         self.stats.requests["put"] += 1
-        return await self._set_stream(key, self._counting_parts(parts))
-
-    async def _counting_parts(self, parts: AsyncIterable[BytesLike]) -> AsyncIterator[BytesLike]:
-        async for part in parts:
-            self.stats.bytes_written += len(part)
-            yield part
+        return await self._set_stream(key, Parts(parts, self.stats))
 
     async def _set_stream(self, key: str, parts: AsyncIterable[BytesLike]) -> str | None:
         """Write ``key`` from ``parts`` atomically. The default collects them and

@@ -18,7 +18,9 @@ from asyncshard import (
     copy_tree,
     copy_tree_async,
 )
+from asyncshard.objects import StoreStats
 from asyncshard.transfer import CopiedObject, remove_tree_async
+from asyncshard.tree_verbs import Parts
 from tests.transfer.conftest import read_tree, write_tree
 
 PART = 1 << 20
@@ -164,6 +166,41 @@ async def test_a_failed_streamed_write_leaves_nothing_visible(
     assert [k async for k in store.list()] == ["k"]
     if store_kind == "local":
         assert sorted(p.name for p in (tmp_path / "s").rglob("*")) == ["k"]
+
+
+async def _two_parts() -> AsyncIterator[bytes]:
+    yield b"a" * 10
+    yield b"b" * 5
+
+
+@pytest.mark.parametrize("store_kind", ["local", "memory"])
+async def test_set_stream_takes_a_callable_that_opens_the_parts(
+    tmp_path: Path, store_kind: str
+) -> None:
+    """Parts given as a callable (what lets an object store send a refused upload again
+    from its start) are written as an iterable is, and counted once."""
+    store = LocalStore(tmp_path / "s") if store_kind == "local" else MemoryStore()
+    await store.set_stream("k", _two_parts)
+    assert await store.get("k") == b"a" * 10 + b"b" * 5
+    assert store.stats.bytes_written == 15 and store.stats.requests["put"] == 1
+
+
+async def test_parts_read_again_count_their_last_pass() -> None:
+    """A callable source is opened afresh at each pass, the bytes of an abandoned pass
+    taken back out of ``bytes_written``; a plain iterable is read once."""
+    stats = StoreStats()
+    parts = Parts(_two_parts, stats)
+    assert parts.reopens
+    first = aiter(parts)
+    assert await anext(first) == b"a" * 10  # a pass abandoned after one part
+    assert stats.bytes_written == 10
+    assert [p async for p in parts] == [b"a" * 10, b"b" * 5]
+    assert stats.bytes_written == 15
+    once = Parts(_two_parts(), stats)
+    assert not once.reopens
+    assert [p async for p in once] == [b"a" * 10, b"b" * 5]
+    with pytest.raises(RuntimeError, match="cannot be read again"):
+        aiter(once)
 
 
 async def test_list_objects_is_an_async_generator_of_metadata(tmp_path: Path) -> None:

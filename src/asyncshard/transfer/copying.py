@@ -6,10 +6,12 @@ worker HEADs the destination object (unless the destination prefix was empty whe
 copy started), skips it when it is provably equal (:mod:`.compare`), and otherwise
 copies it: an object of at most ``part_size`` bytes with one read and one
 :meth:`~asyncshard.store.Store.set`, a larger one part by part, every part read at
-the version of the first, into :meth:`~asyncshard.store.Store.set_stream`. Each object
-holds its share of the ``max_buffer`` byte budget while it is read and written, so the
-bytes in memory stay under that bound whatever the sizes. Requests are bounded by each
-store's own concurrency bound; the workers only keep both stores busy.
+the version of the first, into :meth:`~asyncshard.store.Store.set_stream`, which may
+read it again from its start (an upload refused for the request rate is sent again,
+paced by the destination's request window). Each object holds its share of the
+``max_buffer`` byte budget while it is read and written, so the bytes in memory stay
+under that bound whatever the sizes. Requests are bounded by each store's own
+concurrency bound; the workers only keep both stores busy.
 """
 
 from __future__ import annotations
@@ -279,17 +281,26 @@ class _Copier:
                 return len(found.data)
             del found  # grown past a part since it was listed: stream it
         written = 0
+        opened: list[AsyncGenerator[Any, None]] = []
 
-        async def parts() -> AsyncGenerator[Any, None]:
+        def parts() -> AsyncGenerator[Any, None]:
+            """A fresh pass over the object from its start, its parts pinned to the
+            version of its first (an upload refused for the request rate is sent again)."""
+            nonlocal written
+            written = 0
+            opened.append(counted())
+            return opened[-1]
+
+        async def counted() -> AsyncGenerator[Any, None]:
             nonlocal written
             async for data in read_parts(self.src, key, self.part_size):
                 written += len(data)
                 yield data
 
-        stream = parts()
         try:
-            await self.dst.set_stream(target, stream)
+            await self.dst.set_stream(target, parts)
         finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+            for stream in opened:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
         return written

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -174,14 +175,35 @@ def endpoint_of(target: Target, cfg: Mapping[str, Any]) -> str:
     if target.kind == "gs":
         if cfg.get("base_url"):
             return str(cfg["base_url"])
-        sa_key = cfg.get("service_account_key") or env.get("GOOGLE_SERVICE_ACCOUNT_KEY")
-        if sa_key:
-            try:
-                return str(json.loads(sa_key).get("gcs_base_url", ""))
-            except (ValueError, AttributeError):
-                return ""
-        return env.get("GOOGLE_BASE_URL", "")
+        return _gcs_key_base_url(cfg) or env.get("GOOGLE_BASE_URL", "")
     return str(cfg.get("endpoint") or env.get("AZURE_STORAGE_ENDPOINT", ""))
+
+
+#: obstore's GCS options, then environment variables, naming a service-account key: as
+#: JSON, or as the path of a JSON file.
+_GCS_KEY_OPTIONS = ("service_account_key", "google_service_account_key")
+_GCS_KEY_VARIABLES = ("GOOGLE_SERVICE_ACCOUNT_KEY",)
+_GCS_KEY_FILE_OPTIONS = ("service_account", "google_service_account", "service_account_path")
+_GCS_KEY_FILE_VARIABLES = ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH")
+
+
+def _first_value(cfg: Mapping[str, Any], options: Sequence[str], variables: Sequence[str]) -> str:
+    """The first of ``options`` set in ``cfg``, else of ``variables`` in the environment."""
+    found = next((cfg[n] for n in options if cfg.get(n)), None)
+    return str(found or next((os.environ[v] for v in variables if os.environ.get(v)), ""))
+
+
+def _gcs_key_base_url(cfg: Mapping[str, Any]) -> str:
+    """The ``gcs_base_url`` of the service-account key obstore will use (given as JSON
+    or as a file), where its JSON names one (an emulator's address), else ``""``."""
+    text = _first_value(cfg, _GCS_KEY_OPTIONS, _GCS_KEY_VARIABLES)
+    path = "" if text else _first_value(cfg, _GCS_KEY_FILE_OPTIONS, _GCS_KEY_FILE_VARIABLES)
+    try:
+        if path:
+            text = Path(path).read_text(encoding="utf-8")
+        return str(json.loads(text).get("gcs_base_url") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""  # obstore says what is wrong with the key
 
 
 def build_obstore(
@@ -359,10 +381,9 @@ def _s3_source(cfg: Mapping[str, Any]) -> str:
     env = os.environ
     if cfg.get("skip_signature"):
         return "nowhere: skip_signature=True sends anonymous requests"
-    if cfg.get("access_key_id") or cfg.get("aws_access_key_id"):
-        return "the access_key_id/secret_access_key options"
-    if env.get("AWS_ACCESS_KEY_ID"):
-        return "the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables"
+    keys = _s3_keys(cfg)
+    if keys:
+        return keys
     if env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
         return "web identity (AWS_WEB_IDENTITY_TOKEN_FILE)"
     if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") or env.get(
@@ -370,6 +391,34 @@ def _s3_source(cfg: Mapping[str, Any]) -> str:
     ):
         return "the ECS/EKS container credentials endpoint"
     return EC2_METADATA
+
+
+#: The parts of static S3 credentials: obstore's option names, then the variable that
+#: gives the part when no option does (each part is looked up on its own).
+_S3_KEY_PARTS = (
+    (("access_key_id", "aws_access_key_id"), "AWS_ACCESS_KEY_ID"),
+    (("secret_access_key", "aws_secret_access_key"), "AWS_SECRET_ACCESS_KEY"),
+    (("session_token", "aws_session_token", "token", "aws_token"), "AWS_SESSION_TOKEN"),
+)
+
+
+def _s3_keys(cfg: Mapping[str, Any]) -> str:
+    """Where the static S3 credentials come from, part by part (an option wins over the
+    environment for its part alone, so a wrong secret given as an option is named as
+    one), or ``""`` when no access key id is set."""
+    parts: list[tuple[str, str]] = []  # (name, "option" or "environment variable")
+    for names, variable in _S3_KEY_PARTS:
+        name = next((n for n in names if cfg.get(n)), None)
+        if name is not None:
+            parts.append((name, "option"))
+        elif os.environ.get(variable):
+            parts.append((variable, "environment variable"))
+    if not parts or parts[0][0] not in (*_S3_KEY_PARTS[0][0], _S3_KEY_PARTS[0][1]):
+        return ""
+    kinds = {kind for _, kind in parts}
+    if len(kinds) == 1:  # all options, or all variables
+        return f"the {'/'.join(n for n, _ in parts)} {kinds.pop()}{'s' if len(parts) > 1 else ''}"
+    return " with ".join(f"the {name} {kind}" for name, kind in parts)
 
 
 #: Where S3 credentials come from when none are configured.

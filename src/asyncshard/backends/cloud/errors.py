@@ -31,6 +31,7 @@ from asyncshard.errors import (
     ConflictError,
     StoreAuthenticationError,
     StoreBackendError,
+    StoreConfigError,
     StoreConnectionError,
     StorePermissionError,
     ThrottledError,
@@ -57,6 +58,8 @@ class Failure(enum.Enum):
     UNSATISFIABLE = "unsatisfiable"  # 416: the range starts at or past the end
     NOT_PARTIAL = "not-partial"  # the server answered a range with the whole object
     UNSUPPORTED = "unsupported"
+    NO_CREDENTIALS = "no-credentials"  # none configured, and the metadata service gave none
+    PLAIN_HTTP = "plain-http"  # a plain http:// request refused because allow_http is off
     OTHER = "other"
 
 
@@ -123,6 +126,13 @@ _BAD_CREDENTIALS = re.compile(
 )
 
 
+#: A request for the credentials of an EC2 instance role (IMDSv2's token, IMDSv1's
+#: credentials): the only credentials left when none are configured.
+_METADATA_REQUEST = re.compile(r"https?://\S+/latest/(?:api/token|meta-data/)")
+#: reqwest refusing to build a request to a plain ``http://`` address (``https_only``).
+_PLAIN_HTTP = re.compile(r"(?:GET|PUT|POST|HEAD|DELETE) http://\S+ .*builder error")
+
+
 def classify(exc: BaseException, key: str | None = None) -> Failure:
     """Sort an obstore failure: a range answered whole by its message, then by its type
     where obstore gives one, else :func:`_untyped`. ``key``: the path asked, left out
@@ -132,6 +142,10 @@ def classify(exc: BaseException, key: str | None = None) -> Failure:
         text = text.replace(key, "")
     if _NO_BUCKET.search(text):
         return Failure.NO_BUCKET
+    if _METADATA_REQUEST.search(first_line(exc)):  # not retried: no credentials to retry
+        return Failure.NO_CREDENTIALS
+    if _PLAIN_HTTP.search(first_line(exc)):
+        return Failure.PLAIN_HTTP
     if any(phrase in first_line(exc) for phrase in _NOT_PARTIAL_PHRASES):  # typed or not
         return Failure.NOT_PARTIAL
     failure = next((f for types, f in _TYPED if isinstance(exc, types)), None) or _untyped(exc)
@@ -196,6 +210,19 @@ def to_asyncshard(
             f"{where}: {action} still throttled after {timeout:g} s (throttle_timeout), "
             f"at {rate:.1f} requests/s: {detail}",
             rate=rate,
+        )
+    if failure is Failure.NO_CREDENTIALS:
+        return StoreAuthenticationError(
+            f"{where}: no credentials: none are configured and the instance metadata "
+            "service gave none (not on a cloud instance with a role?): set "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give the access_key_id and "
+            "secret_access_key options (-o), or skip_signature=True (--anon) for a "
+            "public bucket"
+        )
+    if failure is Failure.PLAIN_HTTP:
+        return StoreConfigError(
+            f"{where}: {action} refused: it goes to a plain http:// address and "
+            "allow_http is off; give allow_http=True (-o allow_http=true) to allow it"
         )
     if failure is Failure.CONFLICT:
         return ConflictError(f"{where}: condition failed on {action}: {detail}", key=key)
