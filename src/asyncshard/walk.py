@@ -22,8 +22,9 @@ listing holds, that is two or three round trips instead of one. :func:`list_keys
 starts both on stores that list in pages (object stores), the first page of one
 listing and the walk: a folder of fewer than ``PAGE`` keys is known after that one
 request (the walk is cancelled, unless it finished first), a larger one is walked (the
-listing stops after its first page). Conversions, verification and
-``CloudStore.erase_prefix`` list with it.
+listing stops after its first page). ``CloudStore.erase_prefix`` lists with it;
+conversions, manifest rebuilds and verification list with its streamed form,
+:func:`iter_keys`.
 
 Both list what ``list_prefix`` lists, through the same two Store verbs, so they hold on
 every store that keeps the Store contract (the conformance suite checks it).

@@ -6,9 +6,9 @@ A layout names *objects*: flat chunks (the chunk grid) or shards (the shard grid
 use the array's chunk key encoding (a prefix-free
 :class:`~asyncshard.formats.zarr3.metadata.ChunkKeyEncoding`), so a flat chunk and a
 shard at the same grid coordinates have the same key. :func:`partner` gives, for every
-encoding and number of dimensions, an encoding whose keys never equal the original's;
-every pass of a conversion writes the new layout under such a disjoint encoding (see
-:mod:`asyncshard.convert.zarr`).
+encoding and number of dimensions, a nested (``/``) encoding whose keys never equal the
+original's; every pass of a conversion writes the new layout under such a disjoint
+encoding (see :mod:`asyncshard.convert.zarr`).
 """
 
 from __future__ import annotations
@@ -67,13 +67,18 @@ def disjoint(a: ChunkKeyEncoding, b: ChunkKeyEncoding, ndim: int) -> bool:
 
 
 def partner(encoding: ChunkKeyEncoding, ndim: int) -> ChunkKeyEncoding:
-    """The encoding a conversion that keeps ``encoding`` stages its first pass in: the
-    other separator when that gives keys disjoint from ``encoding``'s, else the other
-    kind (0-d arrays; 1-d ``v2`` arrays)."""
-    flipped = ChunkKeyEncoding(encoding.kind, "." if encoding.separator == "/" else "/")
-    if disjoint(encoding, flipped, ndim):
-        return flipped
-    return ChunkKeyEncoding("v2" if encoding.kind == "default" else "default", encoding.separator)
+    """The encoding a conversion that keeps ``encoding`` stages its first pass in, always
+    with the ``/`` separator (nested: a folder holds at most one row of the grid, the
+    chunks along the last axis, never every object of the pass): the same kind when
+    ``encoding`` uses ``.`` (``c.i.j`` staged as ``c/i/j``; ``i.j`` as ``i/j``) and
+    that is disjoint from it, else the other kind (``c/i/j`` staged as ``i/j`` and back;
+    0-d and 1-d ``v2`` arrays). Default keys start with ``c``, ``v2`` keys with a digit,
+    so the other kind is disjoint at every ``ndim``; neither names ``zarr.json`` nor the
+    conversion journal, the other objects of an array's folder."""
+    nested = ChunkKeyEncoding(encoding.kind, "/")
+    if disjoint(encoding, nested, ndim):
+        return nested
+    return ChunkKeyEncoding("v2" if encoding.kind == "default" else "default", "/")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ the encoding must therefore overwrite live objects of the old layout:
 No ordering of the writes avoids both: the first shard written over a live chunk breaks
 whichever layout ``zarr.json`` names at that moment. Keeping the array readable at every
 instant requires the new objects to have keys that no live object has. So a pass
-writes the new layout under a *disjoint* chunk key encoding, the array's encoding with
-the other separator (``c/0/0`` becomes ``c.0.0``; see
-:func:`~asyncshard.convert.layout.partner` for 0-d and 1-d ``v2`` arrays).
+writes the new layout under a *disjoint* chunk key encoding, always nested so that no
+folder receives more than a row of the grid
+(:func:`~asyncshard.convert.layout.partner`: ``c/0/0`` is staged as ``0/0``, ``c.0.0``
+as ``c/0/0``).
 Zarr readers (zarr-python, tensorstore) follow ``chunk_key_encoding`` in ``zarr.json``.
 
 * Every conversion keeps the array's chunk key encoding by default (tools that list

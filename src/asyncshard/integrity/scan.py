@@ -5,14 +5,22 @@ format lists its shards (``is_shard``), inspects them (``inspect``) and builds t
 repaired ones (``build``): the checks and the shard layout are the formats', never a
 second copy. ``max_in_flight`` workers inspect a shard each at a time, so memory is
 bounded by that many whole shards, and nothing is left running when a scan ends.
+
+The workers take their shards from the listing as it streams (:func:`~asyncshard.walk.
+iter_keys`, which holds a few batches of keys): no list of shard keys is built, so memory
+does not grow with the number of shards. The report is ordered after the scan (damaged
+shards by key), so the order the store lists in changes nothing in it. A listing that
+names a shard again after ``repair`` rewrote it (a file system may list a file renamed
+over again) does not inspect it twice: the keys of the damaged shards, which the report
+holds anyway, are skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from asyncshard.backends.registry import StoreLocation, opened
@@ -39,7 +47,7 @@ from asyncshard.integrity.report import DamagedShard, IntegrityReport
 from asyncshard.sharding.common import replace_shard
 from asyncshard.sharding.engine import ShardedAdapter
 from asyncshard.store import ObjectMeta, Store
-from asyncshard.walk import list_keys
+from asyncshard.walk import iter_keys
 
 __all__ = ["repair", "repair_async", "verify", "verify_async"]
 
@@ -48,9 +56,12 @@ DEFAULT_IN_FLIGHT = 4
 OnShard = Callable[[str], None]
 
 
-async def _shard_keys(adapter: ShardedAdapter[Any]) -> list[str]:
+async def _shard_keys(adapter: ShardedAdapter[Any]) -> AsyncGenerator[str]:
+    """The shard keys of ``adapter`` as its store lists them (in no particular order)."""
     fmt = adapter.format
-    return sorted(k for k in await list_keys(adapter.inner, fmt.list_source("")) if fmt.is_shard(k))
+    async for key in iter_keys(adapter.inner, fmt.list_source("")):
+        if fmt.is_shard(key):
+            yield key
 
 
 def _damage(
@@ -176,8 +187,14 @@ async def _scan(
             checks = [c or _restore_check(d) for c, d in zip(checks, found, strict=True)]
 
         async def one(
-            dataset: Dataset, check: DecodeCheck | None, restore: Restore | None, key: str
+            dataset: Dataset,
+            check: DecodeCheck | None,
+            restore: Restore | None,
+            key: str,
+            seen: set[str],
         ) -> None:
+            if key in seen:  # damaged, and listed again (after its rewrite)
+                return
             adapter = dataset.adapter
             inspected = await _inspect(adapter, key, check if decode else None)
             if inspected is not None:
@@ -187,6 +204,7 @@ async def _scan(
                 if unverified := dataset.unverified(decode):
                     report.unverified[unverified] += len(health.intact)
                 if health.damaged:
+                    seen.add(key)
                     damaged = _damage(dataset.name, adapter, key, health)
                     if fix:
                         restored = {}
@@ -215,17 +233,24 @@ async def _scan(
             dataset: Dataset,
             check: DecodeCheck | None,
             restore: Restore | None,
-            keys: Iterator[str],
+            keys: AsyncIterator[str],
+            turn: asyncio.Lock,
+            seen: set[str],
         ) -> None:
-            for key in keys:  # the workers share one iterator: a shard each at a time
-                await one(dataset, check, restore, key)
+            while True:  # the workers share one listing: a shard each at a time
+                async with turn:
+                    key = await anext(keys, None)
+                if key is None:
+                    return
+                await one(dataset, check, restore, key, seen)
 
         for dataset, check, restore in zip(found, checks, restores, strict=True):
             report.datasets.append(dataset.name)
-            keys = iter(await _shard_keys(dataset.adapter))
-            await gather_settled(
-                worker(dataset, check, restore, keys) for _ in range(max_in_flight)
-            )
+            turn, seen = asyncio.Lock(), set[str]()
+            async with aclosing(_shard_keys(dataset.adapter)) as keys:
+                await gather_settled(
+                    worker(dataset, check, restore, keys, turn, seen) for _ in range(max_in_flight)
+                )
     report.damaged.sort(key=lambda d: d.key)
     report.seconds = time.perf_counter() - started
     return report
