@@ -5,13 +5,15 @@ Every cloud store talking to the same endpoint in a process shares one :class:`W
 constants and why they were chosen are in docs/ARCHITECTURE.md ("Request window"). In
 short:
 
-* **Window** (``cwnd``, requests): starts at :data:`INITIAL`, grows by one per completed
+* **Window** (``cwnd``, requests): starts at :data:`INITIAL` (the bound below falls to
+  :data:`FLOOR` once that many answers came), grows by one per completed
   request (slow start) up to ``ssthresh``, then by one per window (additive increase),
   only while demand fills it, and never past :data:`GAIN` x the bandwidth-delay product
   measured in requests (best delivery rate x shortest round trip; at least
   :data:`FLOOR`). Throughput that stops growing stops the window growing. Until the
   first throttling answer the ceiling also follows the requests completed in the
-  last shortest round trip, counted at every completion (:data:`GAIN` x that), so on
+  last round trip (smoothed, at most :data:`NEW_CONNECTION` shortest ones), counted at
+  every completion (:data:`GAIN` x that), so on
   a round trip of at least :data:`LONG_ROUND_TRIP` slow start doubles per round trip instead of per
   :data:`RATE_SAMPLE` rate sample.
 * **Throttling** (S3 ``SlowDown``/503, 429, GCS ``rateLimitExceeded``, Azure
@@ -73,9 +75,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Requests in flight before anything is measured: the old fixed bound, right on a LAN.
-INITIAL = 32
-#: The ceiling from the bandwidth-delay product never goes below this.
+#: Requests in flight before the first answer (nothing measured yet); see
+#: docs/ARCHITECTURE.md, "Request window".
+INITIAL = 64
+#: The ceiling from the bandwidth-delay product never goes below this, once an answer
+#: came: the old fixed bound, right on loopback and a LAN.
 FLOOR = 32
 #: Requests in flight at most, whatever is measured (sockets and file descriptors).
 HARD_MAX = 4096
@@ -103,6 +107,10 @@ MIN_RATE = 1.0
 DEFAULT_MAX_BYTES = 256 << 20
 #: What a whole-object read reserves before any has completed.
 INITIAL_ESTIMATE = 1 << 20
+#: Round trips a request on a new connection takes (TCP's handshake first), at most:
+#: slow start counts the completions of one round trip over the smoothed round trip,
+#: up to this many shortest ones.
+NEW_CONNECTION = 2.0
 #: Smallest interval between two cuts, seconds (a round trip, if longer).
 MIN_SAMPLE = 0.01
 #: Smallest interval over which a delivery rate is sampled, seconds.
@@ -182,8 +190,8 @@ class Window:
     _rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
     _byte_rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
     _sample_bytes: int = 0
-    _last_rtt: deque[float] = field(default_factory=deque)  # completions in one min_rtt
-    _per_rtt: int = 0  # most completions seen within one min_rtt
+    _last_rtt: deque[float] = field(default_factory=deque)  # completions in one round trip
+    _per_rtt: int = 0  # most completions seen within one round trip
     _done_at: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     _sample_start: float = field(default_factory=time.monotonic)
     _sample_done: int = 0
@@ -370,6 +378,8 @@ class Window:
         if self.ssthresh == math.inf:  # slow start, never throttled: per round trip
             bdp = max(bdp, self._per_rtt)
         ceiling = max(FLOOR, GAIN * bdp)
+        if self.completed < INITIAL:  # the first window is not answered yet
+            ceiling = max(ceiling, INITIAL)
         if self.max_requests is not None:
             ceiling = min(ceiling, self.max_requests)
         self.cwnd = min(self.cwnd, max(ceiling, 1.0), HARD_MAX)
@@ -412,7 +422,8 @@ class Window:
         if self.min_rtt >= LONG_ROUND_TRIP:  # a loop's batch of completions is no rate
             recent = self._last_rtt
             recent.append(now)
-            while recent[0] < now - self.min_rtt:
+            span = min(max(self.srtt, self.min_rtt), NEW_CONNECTION * self.min_rtt)
+            while recent[0] < now - span:
                 recent.popleft()
             self._per_rtt = max(self._per_rtt, len(recent))
         self._sample_done += 1
