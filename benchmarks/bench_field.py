@@ -12,7 +12,9 @@ process; every reader and every conversion runs in a fresh process, interleaved 
   (known in advance), no connection limit. A cold sample, then a warm one (other chunks
   of the same shards' indexes, cached by the readers that cache them). Requests are
   counted in nginx's access log, new connections at the latency proxy (each costs one
-  more round trip); the rate is the median of the rounds, with their range.
+  more round trip); the rate is the median of the rounds, with their range, and the
+  speed over the ideal's is also taken round by round (the readers of a round run one
+  after another, so a busy spell of a shared machine hits both), median and range.
 * **region**: the same array and proxy (``--region-delays``), ``--regions`` boxes of
   4x4x4 chunks (128^3 voxels, 2 MiB) at random chunk offsets, read one after another:
   ``asyncshard`` (``get_partial_values`` of the box's chunk keys on the sharded store:
@@ -310,6 +312,13 @@ def viewer_rows(
     def opened(reader: str, phase: str) -> float:
         return float(statistics.median(r[phase]["connections"] for r in runs[reader]))
 
+    def paired(reader: str, phase: str) -> str:
+        """Speed over the ideal's in the same round (run next to it): median, range."""
+        pairs = zip(runs[reader], runs["ideal"], strict=True)
+        ratios = [i[phase]["s"] / r[phase]["s"] for r, i in pairs]
+        low, mid, high = min(ratios), statistics.median(ratios), max(ratios)
+        return f"{mid:.2f}x ({low:.2f}-{high:.2f})"
+
     rows = []
     for reader in ("asyncshard", "tensorstore", "ideal"):
         for phase in ("cold", "warm"):
@@ -319,7 +328,7 @@ def viewer_rows(
                 f"| {delay_ms} ms | {in_flight} | {reader} | {phase} | {mine:,.0f} | "
                 f"{spread(reader, phase)} | {per_chunk(reader, phase):.2f} | "
                 f"{opened(reader, phase):.0f} | {mine / rate('ideal', 'warm'):.2f}x | "
-                f"{mine / rate('ideal', phase):.2f}x | {vs_ts:.2f}x |"
+                f"{mine / rate('ideal', phase):.2f}x | {paired(reader, phase)} | {vs_ts:.2f}x |"
             )
     return rows
 
@@ -436,7 +445,7 @@ def main() -> None:
             print(
                 "| round trip | in flight | reader | sample | chunks/s (median) | min-max "
                 "| requests/chunk | connections opened | vs ideal warm | vs ideal same sample "
-                "| vs tensorstore |"
+                "| same sample, paired by round | vs tensorstore |"
             )
             print("\n".join(viewer(args, Path(tmp))), flush=True)
         if args.only in (None, "region"):

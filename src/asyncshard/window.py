@@ -5,8 +5,7 @@ Every cloud store talking to the same endpoint in a process shares one :class:`W
 constants and why they were chosen are in docs/ARCHITECTURE.md ("Request window"). In
 short:
 
-* **Window** (``cwnd``, requests): starts at :data:`INITIAL` (the bound below falls to
-  :data:`FLOOR` once that many answers came), grows by one per completed
+* **Window** (``cwnd``, requests): starts at :data:`INITIAL`, grows by one per completed
   request (slow start) up to ``ssthresh``, then by one per window (additive increase),
   only while demand fills it, and never past :data:`GAIN` x the bandwidth-delay product
   measured in requests (best delivery rate x shortest round trip; at least
@@ -75,11 +74,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Requests in flight before the first answer (nothing measured yet); see
-#: docs/ARCHITECTURE.md, "Request window".
-INITIAL = 64
-#: The ceiling from the bandwidth-delay product never goes below this, once an answer
-#: came: the old fixed bound, right on loopback and a LAN.
+#: Requests in flight before anything is measured: the old fixed bound, right on a LAN
+#: (64 was measured and rejected: docs/ARCHITECTURE.md, "Request window").
+INITIAL = 32
+#: The ceiling from the bandwidth-delay product never goes below this.
 FLOOR = 32
 #: Requests in flight at most, whatever is measured (sockets and file descriptors).
 HARD_MAX = 4096
@@ -378,8 +376,6 @@ class Window:
         if self.ssthresh == math.inf:  # slow start, never throttled: per round trip
             bdp = max(bdp, self._per_rtt)
         ceiling = max(FLOOR, GAIN * bdp)
-        if self.completed < INITIAL:  # the first window is not answered yet
-            ceiling = max(ceiling, INITIAL)
         if self.max_requests is not None:
             ceiling = min(ceiling, self.max_requests)
         self.cwnd = min(self.cwnd, max(ceiling, 1.0), HARD_MAX)

@@ -13,7 +13,7 @@ import pytest
 from asyncshard.backends.cloud import CloudStore
 from asyncshard.partial import slack_of
 from asyncshard.ranges import OVERFETCH_SLACK, Range
-from asyncshard.window import FLOOR, INITIAL, LONG_ROUND_TRIP, Window
+from asyncshard.window import LONG_ROUND_TRIP, Window
 from asyncshard.wrapper import WrapperStore
 from tests.servers.fixtures import s3_store_on, unique_prefix
 from tests.servers.proxy import FaultProxy
@@ -80,29 +80,3 @@ async def test_slow_start_doubles_per_round_trip_on_a_long_round_trip() -> None:
     state = window.state()
     assert state.cuts == 0 and state.min_rtt is not None and state.min_rtt >= LONG_ROUND_TRIP
     assert state.peak_in_flight >= 256
-
-
-async def test_the_first_window_is_initial_and_loopback_keeps_the_floor() -> None:
-    """Before any answer the window admits :data:`INITIAL` requests at once (a long
-    round trip is not known yet); answered at once, as on loopback, it keeps
-    :data:`FLOOR` in flight afterwards."""
-    window = Window()
-    first = [await window.acquire(1) for _ in range(INITIAL)]  # none of them waits
-    late = asyncio.ensure_future(window.acquire(1))
-    await asyncio.sleep(0)
-    assert (window.state().in_flight, window.state().waiting) == (INITIAL, 1)
-    for held in first:
-        window.release(held)
-    window.release(await late)
-    seen: list[int] = []
-
-    async def request() -> None:
-        async with window.slot(1):
-            seen.append(window.state().in_flight)
-            await asyncio.sleep(0)
-
-    for _ in range(5):
-        await asyncio.gather(*(request() for _ in range(200)))
-    state = window.state()
-    assert state.min_rtt is not None and state.min_rtt < LONG_ROUND_TRIP
-    assert max(seen) == FLOOR < INITIAL and state.cuts == 0
