@@ -11,8 +11,7 @@ short:
   measured in requests (best delivery rate x shortest round trip; at least
   :data:`FLOOR`). Throughput that stops growing stops the window growing. Until the
   first throttling answer the ceiling also follows the requests completed in the
-  last round trip (smoothed, at most :data:`NEW_CONNECTION` shortest ones), counted at
-  every completion (:data:`GAIN` x that), so on
+  last shortest round trip, counted at every completion (:data:`GAIN` x that), so on
   a round trip of at least :data:`LONG_ROUND_TRIP` slow start doubles per round trip instead of per
   :data:`RATE_SAMPLE` rate sample.
 * **Throttling** (S3 ``SlowDown``/503, 429, GCS ``rateLimitExceeded``, Azure
@@ -105,10 +104,6 @@ MIN_RATE = 1.0
 DEFAULT_MAX_BYTES = 256 << 20
 #: What a whole-object read reserves before any has completed.
 INITIAL_ESTIMATE = 1 << 20
-#: Round trips a request on a new connection takes (TCP's handshake first), at most:
-#: slow start counts the completions of one round trip over the smoothed round trip,
-#: up to this many shortest ones.
-NEW_CONNECTION = 2.0
 #: Smallest interval between two cuts, seconds (a round trip, if longer).
 MIN_SAMPLE = 0.01
 #: Smallest interval over which a delivery rate is sampled, seconds.
@@ -188,8 +183,8 @@ class Window:
     _rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
     _byte_rates: deque[float] = field(default_factory=lambda: deque(maxlen=RATE_SAMPLES))
     _sample_bytes: int = 0
-    _last_rtt: deque[float] = field(default_factory=deque)  # completions in one round trip
-    _per_rtt: int = 0  # most completions seen within one round trip
+    _last_rtt: deque[float] = field(default_factory=deque)  # completions in one min_rtt
+    _per_rtt: int = 0  # most completions seen within one min_rtt
     _done_at: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     _sample_start: float = field(default_factory=time.monotonic)
     _sample_done: int = 0
@@ -418,8 +413,7 @@ class Window:
         if self.min_rtt >= LONG_ROUND_TRIP:  # a loop's batch of completions is no rate
             recent = self._last_rtt
             recent.append(now)
-            span = min(max(self.srtt, self.min_rtt), NEW_CONNECTION * self.min_rtt)
-            while recent[0] < now - span:
+            while recent[0] < now - self.min_rtt:
                 recent.popleft()
             self._per_rtt = max(self._per_rtt, len(recent))
         self._sample_done += 1
