@@ -11,7 +11,10 @@ process; every reader and every conversion runs in a fresh process, interleaved 
   ``read`` per chunk) and the **ideal** reader: plain aiohttp on the same byte ranges
   (known in advance), no connection limit. A cold sample, then a warm one (other chunks
   of the same shards' indexes, cached by the readers that cache them). Requests are
-  counted in nginx's access log.
+  counted in nginx's access log, new connections at the latency proxy (each costs one
+  more round trip); the rate is the median of the rounds, with their range, and the
+  speed over the ideal's is also taken round by round (the readers of a round run one
+  after another, so a busy spell of a shared machine hits both), median and range.
 * **region**: the same array and proxy (``--region-delays``), ``--regions`` boxes of
   4x4x4 chunks (128^3 voxels, 2 MiB) at random chunk offsets, read one after another:
   ``asyncshard`` (``get_partial_values`` of the box's chunk keys on the sharded store:
@@ -140,10 +143,15 @@ async def viewer_child(args: dict[str, Any]) -> dict[str, Any]:
     for name, keys in samples.items():
         args["indexed"] = name == "cold"  # the ideal pays the shard index reads cold
         before, start = log_lines(args["log"]), time.perf_counter()
+        opened = log_lines(args["connections"])
         await bounded(n, [lambda k=k: read(k) for k in keys])
         seconds = time.perf_counter() - start
         await asyncio.sleep(0.2)  # nginx logs a request once the proxy took its answer
-        out[name] = {"s": seconds, "requests": log_lines(args["log"]) - before}
+        out[name] = {
+            "s": seconds,
+            "requests": log_lines(args["log"]) - before,
+            "connections": log_lines(args["connections"]) - opened,
+        }
     if reader == "ideal":
         await session.close()
     return out
@@ -266,18 +274,23 @@ def viewer(args: argparse.Namespace, work: Path) -> list[str]:
     warm = ["arr/c/{}/{}/{}".format(*c) for c in grid[args.chunks : 2 * args.chunks]]
     ranges = chunk_ranges(root, cold + warm)
     rows = []
+    opened = work / "connections"  # the latency proxy's record of accepted connections
+    opened.touch()
     with Nginx(root) as server:
         log = str(server._prefix / "access.log")
         upstream = server.url.removeprefix("http://")
         for spec in args.delays.split(","):
             delay_ms, in_flight = (int(v) for v in spec.split(":"))
             runs: dict[str, list[dict[str, Any]]] = {}
-            with proxy("latency", "--upstream", upstream, "--delay", str(delay_ms / 1000)) as url:
+            delay = str(delay_ms / 1000)
+            with proxy(
+                "latency", "--upstream", upstream, "--delay", delay, "--connections", str(opened)
+            ) as url:
                 readers = ["asyncshard", "ideal", "tensorstore"]
                 for r in range(args.rounds):
                     for reader in readers[r % 3 :] + readers[: r % 3]:
                         job = {"url": url, "reader": reader, "in_flight": in_flight, "log": log}
-                        job.update(cold=cold, warm=warm, ranges=ranges)
+                        job.update(cold=cold, warm=warm, ranges=ranges, connections=str(opened))
                         runs.setdefault(reader, []).append(spawn(this("viewer", **job)))
             rows += viewer_rows(delay_ms, in_flight, len(warm), runs)
     return rows
@@ -292,6 +305,20 @@ def viewer_rows(
     def per_chunk(reader: str, phase: str) -> float:
         return float(statistics.median(r[phase]["requests"] / n for r in runs[reader]))
 
+    def spread(reader: str, phase: str) -> str:
+        rates = [n / r[phase]["s"] for r in runs[reader]]
+        return f"{min(rates):,.0f}-{max(rates):,.0f}"
+
+    def opened(reader: str, phase: str) -> float:
+        return float(statistics.median(r[phase]["connections"] for r in runs[reader]))
+
+    def paired(reader: str, phase: str) -> str:
+        """Speed over the ideal's in the same round (run next to it): median, range."""
+        pairs = zip(runs[reader], runs["ideal"], strict=True)
+        ratios = [i[phase]["s"] / r[phase]["s"] for r, i in pairs]
+        low, mid, high = min(ratios), statistics.median(ratios), max(ratios)
+        return f"{mid:.2f}x ({low:.2f}-{high:.2f})"
+
     rows = []
     for reader in ("asyncshard", "tensorstore", "ideal"):
         for phase in ("cold", "warm"):
@@ -299,8 +326,9 @@ def viewer_rows(
             vs_ts = mine / rate("tensorstore", phase)
             rows.append(
                 f"| {delay_ms} ms | {in_flight} | {reader} | {phase} | {mine:,.0f} | "
-                f"{per_chunk(reader, phase):.2f} | {mine / rate('ideal', 'warm'):.2f}x | "
-                f"{mine / rate('ideal', phase):.2f}x | {vs_ts:.2f}x |"
+                f"{spread(reader, phase)} | {per_chunk(reader, phase):.2f} | "
+                f"{opened(reader, phase):.0f} | {mine / rate('ideal', 'warm'):.2f}x | "
+                f"{mine / rate('ideal', phase):.2f}x | {paired(reader, phase)} | {vs_ts:.2f}x |"
             )
     return rows
 
@@ -415,8 +443,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-field-") as tmp:
         if args.only in (None, "viewer"):
             print(
-                "| round trip | in flight | reader | sample | chunks/s | requests/chunk "
-                "| vs ideal warm | vs ideal same sample | vs tensorstore |"
+                "| round trip | in flight | reader | sample | chunks/s (median) | min-max "
+                "| requests/chunk | connections opened | vs ideal warm | vs ideal same sample "
+                "| same sample, paired by round | vs tensorstore |"
             )
             print("\n".join(viewer(args, Path(tmp))), flush=True)
         if args.only in (None, "region"):

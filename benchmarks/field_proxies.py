@@ -6,6 +6,8 @@
   after it arrived (one round trip per request on a keep-alive connection; a new
   connection costs one more: the upstream connection is opened after the delay).
   Client-to-server bytes pass at once. Byte order is kept per connection.
+  ``--connections FILE`` appends the time (``time.monotonic()``) of each accepted
+  connection to FILE, one a line.
 * ``throttle``: the throttling front of tests/servers/proxy.py (an aiohttp reverse
   proxy): above ``--rate`` requests per second (token bucket, ``--burst`` deep) it
   answers ``503 SlowDown`` in S3's XML form without ``Retry-After`` (``--status 429``:
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
@@ -71,23 +75,27 @@ async def _pipe_late(
     await task
 
 
-async def latency_proxy(upstream: str, delay: float) -> None:
+async def latency_proxy(upstream: str, delay: float, connections: str | None = None) -> None:
     host, _, port = upstream.rpartition(":")
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(connections, "a", buffering=1)) if connections else None
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(delay)  # connecting costs a round trip too
-        try:
-            up_reader, up_writer = await asyncio.open_connection(host, int(port))
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe_now(reader, up_writer), _pipe_late(up_reader, writer, delay))
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if log is not None:
+                log.write(f"{time.monotonic():.6f}\n")
+            await asyncio.sleep(delay)  # connecting costs a round trip too
+            try:
+                up_reader, up_writer = await asyncio.open_connection(host, int(port))
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(_pipe_now(reader, up_writer), _pipe_late(up_reader, writer, delay))
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
-    port_out = server.sockets[0].getsockname()[1]
-    print(f"http://127.0.0.1:{port_out}", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    server.close()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
+        port_out = server.sockets[0].getsockname()[1]
+        print(f"http://127.0.0.1:{port_out}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        server.close()
 
 
 def throttle_front(upstream: str, rate: float, burst: float, status: int) -> None:
@@ -105,6 +113,7 @@ def main() -> None:
     lat = sub.add_parser("latency")
     lat.add_argument("--upstream", required=True, help="host:port")
     lat.add_argument("--delay", type=float, required=True, help="seconds")
+    lat.add_argument("--connections", help="append each accepted connection's time here")
     thr = sub.add_parser("throttle")
     thr.add_argument("--upstream", required=True, help="http://host:port")
     thr.add_argument("--rate", type=float, required=True, help="requests per second")
@@ -118,7 +127,7 @@ def main() -> None:
             uvloop.install()
         except ImportError:
             pass
-        asyncio.run(latency_proxy(args.upstream, args.delay))
+        asyncio.run(latency_proxy(args.upstream, args.delay, args.connections))
     else:
         throttle_front(args.upstream, args.rate, args.burst, args.status)
 

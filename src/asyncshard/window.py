@@ -36,8 +36,8 @@ short:
   is at least :data:`LONG_ROUND_TRIP`: how far range coalescing may over-fetch to save
   a request (:func:`asyncshard.partial.plan_key`).
 
-The state is shared across event loops and threads (one lock); each waiter is woken on
-its own loop.
+The state is shared across event loops and threads (one lock); each waiter is woken,
+and each pacing timer armed, on the waiter's own loop (:mod:`asyncshard.wakeups`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from typing import TypeVar
 
 from asyncshard.objects import GetResult
 from asyncshard.ranges import ByteRange, Range, Suffix
+from asyncshard.wakeups import Timers, grant
 
 __all__ = [
     "BETA",
@@ -72,7 +73,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Requests in flight before anything is measured: the old fixed bound, right on a LAN.
+#: Requests in flight before anything is measured: the old fixed bound, right on a LAN
+#: (64 was measured and rejected: docs/ARCHITECTURE.md, "Request window").
 INITIAL = 32
 #: The ceiling from the bandwidth-delay product never goes below this.
 FLOOR = 32
@@ -136,6 +138,7 @@ class WindowState:
     cwnd: float
     ssthresh: float
     in_flight: int
+    waiting: int
     bytes_in_flight: int
     max_bytes: int
     peak_bytes: int
@@ -194,9 +197,10 @@ class Window:
     _refused: float = 0.0  # moving share of answers that were throttling refusals
     _waiters: deque[_Waiter] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _timer: asyncio.Handle | None = None  # uvloop's timers are plain handles
-    _timer_loop: asyncio.AbstractEventLoop | None = None
-    _timer_due: float = 0.0
+    _timers: Timers = field(init=False)  # pacing wake-ups, one per loop at most
+
+    def __post_init__(self) -> None:
+        self._timers = Timers(self._dispatch)
 
     # -- admission ----------------------------------------------------------------------
 
@@ -243,6 +247,8 @@ class Window:
                         self._waiters.remove(waiter)
             if granted:
                 self.release(waiter.future.result(), completed=False)
+            else:  # it may have held back the waiters behind it
+                self._dispatch()
             raise
 
     def release(self, held: Slot, *, completed: bool = True) -> None:
@@ -317,6 +323,7 @@ class Window:
                 cwnd=self.cwnd,
                 ssthresh=self.ssthresh,
                 in_flight=self.in_flight,
+                waiting=len(self._waiters),
                 bytes_in_flight=self.bytes_in_flight,
                 max_bytes=self.max_bytes,
                 peak_bytes=self.peak_bytes,
@@ -446,67 +453,28 @@ class Window:
     def _dispatch(self) -> None:
         """Admit waiters in order while they fit; wake each on its own loop."""
         grants: list[tuple[asyncio.Future[Slot], Slot]] = []
-        wait = None
+        wake: tuple[asyncio.AbstractEventLoop, float] | None = None
         with self._lock:
             now = time.monotonic()
             while self._waiters:
                 head = self._waiters[0]
-                if head.future.done():  # cancelled while queued
+                loop = head.future.get_loop()
+                if head.future.done() or loop.is_closed():  # cancelled, or its loop gone
                     self._waiters.popleft()
                     continue
                 if not self._fits(head.nbytes, now):
                     if now < self._next_send and self.in_flight < self._limit():
-                        wait = self._next_send - now
+                        wake = loop, self._next_send
                     break
                 self._waiters.popleft()
                 grants.append((head.future, self._admit(head.nbytes, now)))
         for future, held in grants:
-            _grant(future, held, self)
-        if wait is not None:
-            self._arm(wait)
+            grant(future, held, self._give_back)
+        if wake is not None:  # on the head waiter's loop, which lives as long as it does
+            self._timers.arm(*wake)
 
-    def _arm(self, delay: float) -> None:
-        """Dispatch again after ``delay`` (pacing): a timer on the running loop, unless
-        one of this loop fires sooner."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        due = time.monotonic() + delay
-        timer = self._timer
-        if timer is not None and self._timer_loop is loop and not timer.cancelled():
-            if self._timer_due <= due + 1e-4:
-                return
-            timer.cancel()
-        self._timer, self._timer_loop, self._timer_due = (
-            loop.call_later(delay, self._fire),
-            loop,
-            due,
-        )
-
-    def _fire(self) -> None:
-        self._timer = None
-        self._dispatch()
-
-
-def _grant(future: asyncio.Future[Slot], held: Slot, window: Window) -> None:
-    """Hand ``held`` to its waiter, on the waiter's loop; give it back if it is gone."""
-
-    def give() -> None:
-        if future.done():
-            window.release(held, completed=False)  # cancelled meanwhile: nobody uses it
-        else:
-            future.set_result(held)
-
-    loop = future.get_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if loop is running:
-        give()
-    elif not loop.is_closed():
-        loop.call_soon_threadsafe(give)
+    def _give_back(self, held: Slot) -> None:
+        self.release(held, completed=False)  # granted, but nobody is left to use it
 
 
 _windows: dict[Hashable, Window] = {}

@@ -7,11 +7,15 @@ counters and the front's own log, never through timing."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
+import obstore
 import pytest
+import uvloop
 
 from asyncshard.backends import open_store
 from asyncshard.backends.cloud import CloudStore
@@ -22,6 +26,7 @@ from asyncshard.window import Window
 from tests.convert.helpers import assert_readable, make_array, snapshot, store_snapshot
 from tests.servers.fixtures import TEST_BUCKET, s3_store_on, unique_prefix
 from tests.servers.gcs_fake import FakeGCS, service_account_key
+from tests.servers.http_static import StaticServer
 from tests.servers.proxy import FaultProxy
 from tests.servers.s3 import S3Server
 
@@ -110,6 +115,30 @@ async def test_retry_after_pauses_every_admission() -> None:
     assert window.state().in_flight == 0 and window.state().bytes_in_flight == 0
 
 
+async def test_obstore_errors_carry_no_retry_after(http_server: StaticServer) -> None:
+    """Why no cloud store honours Retry-After: obstore (0.11 and 0.12) hands a throttling
+    answer on as an error with its status and body, without its headers. When this test
+    fails, obstore passes the header on: wire it into :func:`.calls.call`."""
+    (http_server.root / "retry-after").write_bytes(b"x")
+    proxy = FaultProxy(http_server.url, throttle_status=429, retry_after=4321).start()
+    try:
+        proxy.throttle(0.001, burst=1)  # the first request passes, the next is refused
+        store = obstore.store.HTTPStore.from_url(
+            proxy.url, client_options={"allow_http": True}, retry_config={"max_retries": 0}
+        )
+        await obstore.get_async(store, "retry-after")
+        with pytest.raises(obstore.exceptions.BaseError) as caught:
+            await obstore.get_async(store, "retry-after")
+        assert [s.status for s in proxy.log] == [200, 429]
+        error = caught.value
+        assert "429" in str(error) and "4321" not in str(error)  # status yes, header no
+        public = {name for name in dir(error) if not name.startswith("_")}
+        assert public <= {"args", "add_note", "with_traceback"}
+        assert error.__cause__ is None and error.__context__ is None
+    finally:
+        proxy.stop()
+
+
 async def test_a_conversion_through_a_throttling_front_completes(
     s3_server: S3Server, front: FaultProxy, tmp_path: Path
 ) -> None:
@@ -191,3 +220,100 @@ async def test_a_throttled_request_cancelled_while_it_waits_gives_back_its_place
         await task
     state = window.state()
     assert (state.in_flight, state.bytes_in_flight, state.throttles) == (0, 0, 1)
+
+
+# -- one window, several event loops (threads, as Dask workers) -------------------------
+
+#: Seconds a thread may take before the test calls it a deadlock (each needs well under 1).
+DEADLOCK = 60.0
+
+
+def in_threads(*jobs: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run each job on a loop of its own in a thread of its own (asyncio's and uvloop's
+    loops in turn); re-raise the first error; fail, not hang, on a deadlock."""
+    errors: list[BaseException] = []
+
+    def run(i: int, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        factory = uvloop.new_event_loop if i % 2 else asyncio.new_event_loop
+        try:
+            with asyncio.Runner(loop_factory=factory) as runner:
+                runner.run(asyncio.wait_for(job(), DEADLOCK))
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLOCK + 10)
+    assert not any(t.is_alive() for t in threads), "deadlocked"
+    if errors:
+        raise errors[0]
+
+
+def test_one_window_serves_stores_on_several_loops_at_once(s3_server: S3Server) -> None:
+    """Four threads, each with its own event loop and its own store on one endpoint,
+    read at once through a throttling front with a round trip: they share one window,
+    whose bound on requests in flight holds across all of them, whose counters add up
+    to what the front saw, and which comes back to nothing in flight; no deadlock."""
+    front = FaultProxy(s3_server.endpoint, latency=0.01).start()
+    try:
+        prefix, bound, n = unique_prefix(), 6, 60
+        seeded: list[Window] = []
+
+        async def seeding() -> None:
+            async with s3_store_on(s3_server, prefix, endpoint=front.url) as store:
+                seeded.append(window_of(store))
+                window_of(store).set_max_requests(bound)
+                await seed(store, n)
+
+        in_threads(seeding)  # its loop is gone before the readers start
+        window = seeded[0]
+        front.reset()
+        front.throttle(150, burst=5)
+        before = window.state()
+        start = threading.Barrier(4)
+        windows: list[Window] = []
+
+        async def reader() -> None:
+            async with s3_store_on(s3_server, prefix, endpoint=front.url) as store:
+                windows.append(window_of(store))
+                await asyncio.to_thread(start.wait, DEADLOCK)  # all four loops at once
+                await read_all(store, n)
+
+        in_threads(*[reader] * 4)
+        assert all(w is window for w in windows)  # one window for the four loops
+        after, seen = window.state(), front.stats()
+        assert seen["refused"] > 0  # throttled: cuts and pacing timers across loops
+        assert after.peak_in_flight <= bound
+        assert after.in_flight == after.waiting == after.bytes_in_flight == 0
+        assert after.throttles - before.throttles == seen["refused"]
+        assert after.completed - before.completed == seen["seen"] - seen["refused"] == 4 * n
+    finally:
+        front.stop()
+
+
+def test_pacing_outlives_the_loop_that_armed_it() -> None:
+    """A Retry-After pause armed by a loop that then ends still admits the request
+    another loop has queued meanwhile (a timer on the dispatching loop died with it)."""
+    window = Window(max_requests=1)
+    held_by_a, b_queued = threading.Event(), threading.Event()
+
+    async def a() -> None:
+        held = await window.acquire(10)
+        held_by_a.set()
+        await asyncio.to_thread(b_queued.wait, DEADLOCK)
+        window.throttled(retry_after=0.2)
+        window.release(held)  # the pause is armed here, on a loop about to end
+
+    async def b() -> None:
+        await asyncio.to_thread(held_by_a.wait, DEADLOCK)
+        waiting = asyncio.ensure_future(window.acquire(10))
+        while window.state().waiting == 0:
+            await asyncio.sleep(0.001)
+        b_queued.set()
+        window.release(await asyncio.wait_for(waiting, 10))
+
+    in_threads(a, b)
+    state = window.state()
+    assert (state.in_flight, state.waiting, state.completed, state.throttles) == (0, 0, 2, 1)

@@ -20,9 +20,11 @@ Azure ``ServerBusy``) as it happens:
   restarts the read (and counts it).
 
 Neither kind of retry is counted in ``stats.requests`` (obstore's were not either); the
-window counts the throttling answers. ``Retry-After`` cannot be honoured through
-obstore 0.12, whose errors carry the status and body of an answer but not its headers:
-the window's pacing stands in for it (:meth:`Window.throttled` takes one where known).
+window counts the throttling answers. ``Retry-After`` cannot be honoured here: obstore
+(0.11 and 0.12) raises a throttling answer as an error holding one message with its
+status and body, without its headers (tests/cloud/test_window.py checks that), so the
+window's cut and pacing stand in for it (:meth:`Window.throttled` takes one where a
+client sees it).
 """
 
 from __future__ import annotations
