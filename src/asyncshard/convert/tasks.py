@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
@@ -63,6 +64,10 @@ class ChunkMover(ABC, Generic[Obj]):
     def source_key(self, obj: Obj) -> str:
         """The key of a source object."""
 
+    def source_keys(self, objs: Sequence[Obj]) -> list[str]:
+        """The keys of source objects ``objs``."""
+        return [self.source_key(o) for o in objs]
+
     @abstractmethod
     def target_key(self, obj: Obj) -> str:
         """The key of a target object."""
@@ -90,7 +95,7 @@ class ChunkMover(ABC, Generic[Obj]):
         """Do one task."""
         if task.kind == "pack":
             assert task.target is not None
-            values = await self.source.get_many([self.source_key(o) for o in task.sources])
+            values = await self.source.get_many(self.source_keys(task.sources))
             return await self.write_shard(task.target, task.sources, values)
         if task.kind == "unpack":
             return await self.unpack(task)
@@ -176,14 +181,18 @@ class ZarrExecutor(ChunkMover[Coords]):
     def source_key(self, obj: Coords) -> str:
         return self.src.object_key(obj)
 
+    def source_keys(self, objs: Sequence[Coords]) -> list[str]:
+        return list(map(self.src.keys.encode, objs))  # one call per key, not three
+
     def target_key(self, obj: Coords) -> str:
         return self.dst.object_key(obj)
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
         lo = [t * n for t, n in zip(target, self.dst.cps, strict=True)]  # the target's first
+        sub = operator.sub
         positions = {  # the chunks are the target's (planned so): no per-chunk lookup
-            tuple([c - f for c, f in zip(chunk, lo, strict=True)]): v for chunk, v in chunks
+            tuple(map(sub, chunk, lo)): v for chunk, v in chunks
         }
         return encode_shard(positions, self.dst.index)
 
