@@ -46,6 +46,10 @@ INDEX_CACHE_BYTES = 4 * 1024 * 1024
 #: range, one target at a time (memory: one target per task instead of the source).
 SPLIT_WHOLE_BYTES = 64 * 1024 * 1024
 
+#: A shard of at most this many chunk bytes is built on the event loop: for small
+#: chunks, handing the build to a worker thread and back costs more than the build.
+INLINE_BUILD_BYTES = 256 * 1024
+
 Obj = TypeVar("Obj", bound=Hashable)
 
 
@@ -122,11 +126,16 @@ class ChunkMover(ABC, Generic[Obj]):
         (``nread``: the bytes read, when ``values`` are not those bytes)."""
         pairs = [(o, v) for o, v in zip(sources, values, strict=True) if v is not None]
         values.clear()
+        size = sum(len(v) for _, v in pairs)
         if nread is None:
-            nread = sum(len(v) for _, v in pairs)
+            nread = size
         if not pairs:
             return TaskResult(0, 0, nread, 0)
-        shard = await asyncio.to_thread(self.build, target, pairs)  # the join frees the GIL
+        if size <= INLINE_BUILD_BYTES:  # a thread hop would cost more than the build
+            shard = self.build(target, pairs)
+            await asyncio.sleep(0)  # still a turn of the loop per task, as a hop gave
+        else:
+            shard = await asyncio.to_thread(self.build, target, pairs)  # the join frees the GIL
         present = [o for o, _ in pairs]
         pairs.clear()
         await self.store.set(self.target_key(target), shard)
