@@ -16,7 +16,10 @@ and its time per chunk:
 * ``unshard``: ``asyncshard unshard`` in place, back to flat.
 
 Stores keep their defaults (``durable=True``: data synced before it is named).
-Printed per step: MB added, microseconds per chunk, and the ratios the targets ask
+Printed per step: MB added, microseconds per chunk (wall, and CPU: user + system time
+of the process, what to compare on a loaded machine), voluntary context switches per
+chunk ("waits": thread handoffs and lock waits, each a wait for a core under load),
+and the ratios the targets ask
 for: memory at the largest size over the smallest (<= 1.5), time per chunk, largest
 over smallest (<= 1.2), and our time over tensorstore's at each size (<= 1.0). Run
 from the repository root (10^6 takes several minutes, most of it making the files)::
@@ -32,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -130,6 +134,7 @@ def run_step(step: str, path: str, other: str) -> dict[str, float]:
     before = status("VmRSS")
     started = time.perf_counter()
     cpu = time.process_time()
+    switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
     if step == "list":
         asyncio.run(_list(path))
     elif step == "ts_copy":
@@ -148,6 +153,7 @@ def run_step(step: str, path: str, other: str) -> dict[str, float]:
         "seconds": seconds,
         "cpu": time.process_time() - cpu,
         "added": status("VmHWM") - before,
+        "switches": resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - switches,
     }
 
 
@@ -187,7 +193,8 @@ def main() -> None:
                 results[step][n] = got = measure(step, flat, copy)
                 print(
                     f"{step:<9} {n:>9} {got['added'] / 1e6:8.1f} MB added "
-                    f"{got['seconds'] / n * 1e6:8.1f} us/chunk ({got['cpu'] / n * 1e6:.1f} CPU)",
+                    f"{got['seconds'] / n * 1e6:8.1f} us/chunk ({got['cpu'] / n * 1e6:.1f} CPU, "
+                    f"{got['switches'] / n:.2f} waits)",
                     flush=True,
                 )
             shutil.rmtree(flat)

@@ -18,6 +18,8 @@ import pytest
 
 from asyncshard.backends import LocalStore, MemoryStore, open_store, supported_schemes
 from asyncshard.backends.local import TMP_PREFIX
+from asyncshard.backends.local.descriptors import NOWAIT
+from asyncshard.backends.local.store import INLINE_FILE_BYTES
 from asyncshard.backends.local.writes import STAGE_MIN
 from asyncshard.errors import (
     ConflictError,
@@ -710,8 +712,9 @@ async def test_batch_reads_run_in_at_most_batch_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Batches of reads wait for one of ``batch_threads`` threads: files in the page
-    cache are Python work under the GIL, which more threads only fight over."""
-    store = LocalStore(tmp_path, batch_threads=2)
+    cache are Python work under the GIL, which more threads only fight over (without
+    inline reads: every batch goes to a thread)."""
+    store = LocalStore(tmp_path, batch_threads=2, inline_reads=False)
     await store.set_many([(f"k{i}", bytes([i])) for i in range(8)])
     running, peak = 0, 0
     lock = threading.Lock()
@@ -772,3 +775,34 @@ async def test_a_batch_renames_each_folder_under_one_lock(
     assert locks == ["a", "b", "a", "."]
     assert await store.get_many(keys) == [k.encode() for k in keys]
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(TMP_PREFIX)]
+
+
+@pytest.mark.skipif(not NOWAIT, reason="needs RWF_NOWAIT (Linux)")
+async def test_batch_reads_of_small_cached_files_need_no_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_many`` reads small files in the page cache on the event loop; from the
+    first file it cannot read so (too large, a link, not a file) the rest of the batch
+    goes to one worker thread, in order, with the same answers and counters."""
+    store = LocalStore(tmp_path)
+    big = bytes(INLINE_FILE_BYTES + 1)
+    await store.set_many([("a/k0", b"0"), ("a/k1", b"1"), ("b/big", big), ("b/k2", b"")])
+    (tmp_path / "a" / "alias").symlink_to("k1")
+    threads: list[list[str]] = []
+    real = store._read_batch
+
+    def in_thread(keys: list[str], now: bool = False) -> Any:
+        if not now:
+            threads.append(list(keys))
+        return real(keys, now)
+
+    monkeypatch.setattr(store, "_read_batch", in_thread)
+    assert await store.get_many(["a/k0", "a/none", "a/k1"]) == [b"0", None, b"1"]
+    assert threads == []  # all on the loop
+    got = await store.get_many(["a/k0", "b/big", "a/k1", "b/k2"])
+    assert got == [b"0", big, b"1", b""]
+    assert threads == [["b/big", "a/k1", "b/k2"]]
+    assert await store.get_many(["a/alias", "a/k0"]) == [b"1", b"0"]
+    assert threads[-1] == ["a/alias", "a/k0"]
+    assert store.stats.requests["get"] == 9
+    assert store.stats.bytes_fetched == 4 + len(big) + 2

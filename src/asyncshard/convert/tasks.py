@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
@@ -45,6 +46,10 @@ INDEX_CACHE_BYTES = 4 * 1024 * 1024
 #: range, one target at a time (memory: one target per task instead of the source).
 SPLIT_WHOLE_BYTES = 64 * 1024 * 1024
 
+#: A shard of at most this many chunk bytes is built on the event loop: for small
+#: chunks, handing the build to a worker thread and back costs more than the build.
+INLINE_BUILD_BYTES = 256 * 1024
+
 Obj = TypeVar("Obj", bound=Hashable)
 
 
@@ -62,6 +67,10 @@ class ChunkMover(ABC, Generic[Obj]):
     @abstractmethod
     def source_key(self, obj: Obj) -> str:
         """The key of a source object."""
+
+    def source_keys(self, objs: Sequence[Obj]) -> list[str]:
+        """The keys of source objects ``objs``."""
+        return [self.source_key(o) for o in objs]
 
     @abstractmethod
     def target_key(self, obj: Obj) -> str:
@@ -90,7 +99,7 @@ class ChunkMover(ABC, Generic[Obj]):
         """Do one task."""
         if task.kind == "pack":
             assert task.target is not None
-            values = await self.source.get_many([self.source_key(o) for o in task.sources])
+            values = await self.source.get_many(self.source_keys(task.sources))
             return await self.write_shard(task.target, task.sources, values)
         if task.kind == "unpack":
             return await self.unpack(task)
@@ -117,11 +126,16 @@ class ChunkMover(ABC, Generic[Obj]):
         (``nread``: the bytes read, when ``values`` are not those bytes)."""
         pairs = [(o, v) for o, v in zip(sources, values, strict=True) if v is not None]
         values.clear()
+        size = sum(len(v) for _, v in pairs)
         if nread is None:
-            nread = sum(len(v) for _, v in pairs)
+            nread = size
         if not pairs:
             return TaskResult(0, 0, nread, 0)
-        shard = await asyncio.to_thread(self.build, target, pairs)  # the join frees the GIL
+        if size <= INLINE_BUILD_BYTES:  # a thread hop would cost more than the build
+            shard = self.build(target, pairs)
+            await asyncio.sleep(0)  # still a turn of the loop per task, as a hop gave
+        else:
+            shard = await asyncio.to_thread(self.build, target, pairs)  # the join frees the GIL
         present = [o for o, _ in pairs]
         pairs.clear()
         await self.store.set(self.target_key(target), shard)
@@ -176,14 +190,18 @@ class ZarrExecutor(ChunkMover[Coords]):
     def source_key(self, obj: Coords) -> str:
         return self.src.object_key(obj)
 
+    def source_keys(self, objs: Sequence[Coords]) -> list[str]:
+        return list(map(self.src.keys.encode, objs))  # one call per key, not three
+
     def target_key(self, obj: Coords) -> str:
         return self.dst.object_key(obj)
 
     def build(self, target: Coords, chunks: Sequence[tuple[Coords, Data]]) -> bytes:
         assert self.dst.index is not None
         lo = [t * n for t, n in zip(target, self.dst.cps, strict=True)]  # the target's first
+        sub = operator.sub
         positions = {  # the chunks are the target's (planned so): no per-chunk lookup
-            tuple([c - f for c, f in zip(chunk, lo, strict=True)]): v for chunk, v in chunks
+            tuple(map(sub, chunk, lo)): v for chunk, v in chunks
         }
         return encode_shard(positions, self.dst.index)
 

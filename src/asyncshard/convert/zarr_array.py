@@ -192,7 +192,8 @@ class ZarrArray(Convertible):
         return layout_doc(doc)
 
     def parser(self, doc: Mapping[str, Any]) -> Callable[[str], Hashable | None]:
-        return self.layout(doc).parse_object_key
+        layout = self.layout(doc)
+        return layout.keys.decoder(layout.ndim)  # layout.parse_object_key, per key cheaper
 
     def planner(self, source: Doc, target: Doc) -> PassPlanner:
         self._moved = [] if self._collects() else None

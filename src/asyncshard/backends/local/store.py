@@ -47,6 +47,12 @@ from asyncshard.store import (
 
 T = TypeVar("T")
 
+#: ``get_many`` reads a file on the event loop (no thread hop) when it is at most this
+#: size and its bytes are in the page cache, up to :data:`INLINE_BATCH_BYTES` a batch.
+INLINE_FILE_BYTES = 64 * 1024
+#: Bytes a ``get_many`` batch reads on the event loop at most (see above).
+INLINE_BATCH_BYTES = 1024 * 1024
+
 #: Default ``batch_threads``: as many as cores, between 2 and 4. On 2 cores, 8 batches of
 #: 512 files in the page cache read in 0.35 s with 2 threads, 0.46 s with 6 (the default
 #: executor's); from a cold cache, 2 or 3 threads are also the fastest.
@@ -216,11 +222,59 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    def _read_batch(self, keys: Sequence[str]) -> list[Data | None]:
+    def _read_batch(self, keys: Sequence[str], now: bool = False) -> list[Data | None]:
         """Whole objects (bytes alone), each opened relative to its folder's checked
-        descriptor."""
+        descriptor; the common case (a regular file) inline, without a call per key.
+
+        With ``now`` (on the event loop: no thread hop), only while each file is a
+        regular one of at most :data:`INLINE_FILE_BYTES` whose bytes are in the page
+        cache (``RWF_NOWAIT``), up to :data:`INLINE_BATCH_BYTES`: the objects of a prefix
+        of ``keys``, the rest left to the worker thread (which also reports errors)."""
+        out: list[Data | None] = []
+        append = out.append
+        budget = INLINE_BATCH_BYTES
         with FolderFds(self._root) as folders:
-            return [self._read_in(key, folders) for key in keys]
+            folder_of = folders.get
+            for key in keys:
+                parent, _, name = key.rpartition("/")
+                _, dfd = folder_of(parent, key)
+                if dfd is None:
+                    append(None)
+                    continue
+                try:
+                    fd = os.open(name, READ_FLAGS, dir_fd=dfd)
+                except OSError as exc:  # missing; else a link or an error: the per-key
+                    if is_missing(exc) and exc.errno != errno.ELOOP:
+                        append(None)
+                    elif now:
+                        return out
+                    else:
+                        append(self._read_in(key, folders))
+                    continue
+                try:
+                    st = os.fstat(fd)
+                    size = st.st_size
+                    if st.st_mode & 0o170000 != 0o100000 or not size:  # not S_ISREG, empty
+                        if now:
+                            return out
+                        append(data_of(fd))
+                    elif not now:
+                        append(os.pread(fd, size, 0))
+                    elif size > INLINE_FILE_BYTES or size > budget:
+                        return out
+                    else:
+                        buf = bytearray(size)
+                        if os.preadv(fd, [buf], 0, os.RWF_NOWAIT) != size:
+                            return out  # partly in the page cache
+                        budget -= size
+                        append(bytes(buf))
+                except OSError:
+                    if now:  # BlockingIOError: not in the page cache; else the thread says
+                        return out
+                    append(self._read_in(key, folders))  # names the error (or vanished)
+                finally:
+                    os.close(fd)
+        return out
 
     def _read_in(self, key: str, folders: FolderFds) -> Data | None:
         parent, _, name = key.rpartition("/")
@@ -239,8 +293,15 @@ class LocalStore(Store):
         return self._closing(fd, key, folder, name, data_of)  # bytes alone: no version
 
     async def _get_many(self, keys: Sequence[str]) -> list[Data | None]:
+        """Small files in the page cache on the event loop (a thread hop and the GIL
+        handed back and forth per file cost more than the reads); the rest of the batch
+        in one worker thread."""
+        done = self._read_batch(keys, now=True) if self.inline_reads else []
+        if len(done) == len(keys):
+            return done
         async with self._batch_threads.get():  # held until the thread ends, even if cancelled
-            return await self._bounded(to_completion(self._read_batch, keys))
+            rest = await self._bounded(to_completion(self._read_batch, keys[len(done) :]))
+        return done + rest
 
     async def _head(self, key: str) -> ObjectMeta | None:
         return await asyncio.to_thread(self._root.meta, key)

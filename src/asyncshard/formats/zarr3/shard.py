@@ -11,6 +11,7 @@ Nothing here does I/O or awaits: bytes and numpy arrays in, bytes and numpy arra
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -379,8 +380,10 @@ def _checked_position(pos: object, cps: tuple[int, ...]) -> tuple[int, ...]:
 def _linear_positions(positions: list[Any], cps: tuple[int, ...]) -> npt.NDArray[np.intp]:
     """The C-order linear index of each chunk position (validated, all at once)."""
     ndim = len(cps)
-    if not all(type(p) is tuple and len(p) == ndim for p in positions) or not all(
-        type(x) is int for p in positions for x in p
+    if (  # C-level scans: a Python check per position costs more than the rest
+        set(map(type, positions)) != {tuple}
+        or set(map(len, positions)) != {ndim}
+        or not set(map(type, itertools.chain.from_iterable(positions))) <= {int}
     ):  # not plain tuples of Python ints: check each (numpy ints are fine, bools are not)
         positions = [_checked_position(p, cps) for p in positions]
     if not ndim:
@@ -423,9 +426,9 @@ def encode_shard(
         written = np.argsort(linear, kind="stable")
     else:
         raise ValueError(f"order must be 'morton' or 'C', got {order!r}")
-    values = [_as_view(v) for v in chunks.values()]
+    values = [v if type(v) is bytes else _as_view(v) for v in chunks.values()]
     parts = [values[i] for i in written.tolist()]
-    sizes = np.fromiter((v.nbytes for v in parts), dtype=np.uint64, count=len(parts))
+    sizes = np.fromiter(map(len, parts), dtype=np.uint64, count=len(parts))  # flat bytes
     start = layout.index_nbytes if layout.location == "start" else 0
     index = empty_index(layout).reshape(-1, 2)
     index[linear[written], 0] = np.cumsum(sizes) - sizes + np.uint64(start)
