@@ -82,6 +82,12 @@ FLOOR = 32
 HARD_MAX = 4096
 #: The ceiling: this many bandwidth-delay products in flight (BBR's cwnd gain).
 GAIN = 2.0
+#: In slow start on a long round trip the window grows by this much per completion (4x
+#: per round trip), up to this many times the completions of one round trip: answers on
+#: connections the client has just opened come a round trip late (the handshake), so
+#: that count lags the window while it grows (docs/ARCHITECTURE.md, "Request window").
+STARTUP_STEP = 3.0
+STARTUP_GAIN = 4.0
 #: Multiplicative decrease on throttling (CUBIC's and the AWS SDKs' 0.7).
 BETA = 0.7
 #: A paced rate grows by this fraction of its value after the cut, per second.
@@ -368,9 +374,10 @@ class Window:
 
     def _limit(self) -> int:
         bdp = (max(self._rates, default=0.0)) * (self.min_rtt or 0.0)
+        gain = GAIN
         if self.ssthresh == math.inf:  # slow start, never throttled: per round trip
-            bdp = max(bdp, self._per_rtt)
-        ceiling = max(FLOOR, GAIN * bdp)
+            bdp, gain = max(bdp, self._per_rtt), STARTUP_GAIN
+        ceiling = max(FLOOR, gain * bdp)
         if self.max_requests is not None:
             ceiling = min(ceiling, self.max_requests)
         self.cwnd = min(self.cwnd, max(ceiling, 1.0), HARD_MAX)
@@ -426,7 +433,8 @@ class Window:
             self._sample_start, self._sample_done, self._sample_bytes = now, 0, 0
         demand = self.in_flight + 1 >= int(self.cwnd) or bool(self._waiters)
         if demand and now - self._last_cut > self.srtt:
-            self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
+            step = STARTUP_STEP if self.min_rtt >= LONG_ROUND_TRIP else 1.0
+            self.cwnd += step if self.cwnd < self.ssthresh else 1.0 / self.cwnd
 
     def _delivery_rate(self, now: float) -> float:
         """Requests completed per second lately: over the last :data:`RATE_SAMPLE`
